@@ -1,0 +1,125 @@
+"""Bundle: the manifest, the vmfbs and the generated host, as one directory.
+
+Example:
+    >>> bundle = dycl_iree.export(model, (torch.randn(1, 8),))       # doctest: +SKIP
+    >>> bundle.save("model.dycl")                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from host_runtime.bundle_format import FORMAT, MANIFEST, VERSION, sha256_file
+
+from .program import Constant, ListType, Program, ScalarType, TensorType, Type, Value, format_program
+
+PROGRAM_TEXT = "program.txt"
+PYTHON_HOST = "host.py"
+
+
+def describe_type(type_: Type) -> dict[str, Any]:
+    if isinstance(type_, TensorType):
+        return {"kind": "tensor", "dtype": type_.dtype, "shape": list(type_.shape)}
+    if isinstance(type_, ScalarType):
+        return {"kind": type_.kind}
+    if isinstance(type_, ListType):
+        return {"kind": "list", "element": type_.element}
+    raise TypeError(type_)
+
+
+def describe_leaf(arg: Any) -> dict[str, Any]:
+    if isinstance(arg, Value):
+        return describe_type(arg.type)
+    value = arg.value if isinstance(arg, Constant) else arg
+    kind = {bool: "bool", int: "int", float: "float"}.get(type(value))
+    if kind is None:
+        raise TypeError(f"cannot describe constant output {value!r}")
+    return {"kind": kind, "constant": value}
+
+
+@dataclass
+class Bundle:
+    """An exported dynamic network: write it with `save`, run it with `dycl_iree.load`."""
+
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+    program: Program = field(repr=False)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the bundle directory (replacing one that exists); returns its path."""
+        root = Path(path)
+        if root.exists():
+            if not (root / MANIFEST).exists() and any(root.iterdir()):
+                raise FileExistsError(f"{root} exists and is not a bundle; refusing to overwrite it")
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        manifest = dict(self.manifest)
+        manifest["files"] = {}
+        for name, content in self.files.items():
+            (root / name).write_bytes(content)
+            manifest["files"][name] = {"size": len(content), "sha256": sha256_file(root / name)}
+        # The manifest goes last: a bundle without one is incomplete and is refused on load.
+        (root / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        return root
+
+    @property
+    def host(self) -> str:
+        return self.manifest["host"]
+
+    def size(self, target: str = "llvm-cpu") -> int:
+        return len(self.files[self.manifest["targets"][target]["file"]])
+
+
+def make_manifest(
+    program: Program,
+    module_name: str,
+    host: str,
+    compiled_host_unsupported: str | None,
+    targets: dict[str, dict[str, Any]],
+    weight_bytes: int,
+) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    segments = []
+    for segment in program.segments:
+        segments.append(
+            {
+                "name": segment.name,
+                "inputs": [describe_type(v.type) for v in segment.params],
+                "outputs": [describe_type(v.type) for v in segment.results],
+                "ops": len(segment.nodes),
+                "sources": sorted({op.source for op in segment.nodes if op.source}),
+            }
+        )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": program.name,
+        "module_name": module_name,
+        "producer": {
+            "dycl_iree": "0.1.0",
+            "torch": torch.__version__,
+            "iree-base-compiler": version("iree-base-compiler"),
+        },
+        "inputs": [
+            {"name": name, **describe_type(value.type)} for name, value in zip(program.input_names, program.inputs)
+        ],
+        "outputs": {"tree": program.output_tree, "leaves": [describe_leaf(r) for r in program.body.results]},
+        "host": host,
+        "compiled_host_unsupported": compiled_host_unsupported,
+        "segments": segments,
+        "weight_bytes": weight_bytes,
+        "targets": targets,
+        "python_host": PYTHON_HOST,
+        "program": PROGRAM_TEXT,
+    }
+
+
+def program_text(program: Program) -> str:
+    return format_program(program) + "\n"

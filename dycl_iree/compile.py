@@ -1,0 +1,88 @@
+"""Compile: one MLIR module to one vmfb per target with `iree.compiler`, cached by content.
+
+The cache key is the module's bytecode, the flags and the compiler version, so a re-export of an
+unchanged model (the test suite does this a lot) costs a hash instead of a compile. The cache lives
+in `$DYCL_IREE_CACHE` or `~/.cache/dycl_iree`.
+
+Example:
+    >>> flags = target_flags("llvm-cpu")
+    >>> "--iree-hal-target-device=local" in flags
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import CompileError, DyclError
+
+# Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
+# "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu).
+_CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
+TARGETS = {
+    "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],
+    "cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
+    "vulkan": ["--iree-hal-target-device=vulkan"],
+}
+# Which runtime drivers can run a vmfb of each target.
+TARGET_DRIVERS = {
+    "llvm-cpu": ["local-sync", "local-task"],
+    "cuda": ["cuda"],
+    "vulkan": ["vulkan"],
+}
+
+
+def target_flags(target: str) -> list[str]:
+    """iree-compile flags for a target name."""
+    if target.startswith("llvm-cpu:"):
+        triple = target.split(":", 1)[1]
+        return _CPU + [f"--iree-llvmcpu-target-triple={triple}", "--iree-llvmcpu-target-cpu=generic"]
+    if target not in TARGETS:
+        known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE"])
+        raise DyclError(f"unknown target {target!r}; known targets: {known}")
+    return list(TARGETS[target])
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DYCL_IREE_CACHE", Path.home() / ".cache" / "dycl_iree"))
+
+
+def compile_module(bytecode: bytes, target: str) -> bytes:
+    """Compile torch-dialect MLIR bytecode for `target`; reuse a cached vmfb when there is one."""
+    import iree.compiler as iree_compiler
+
+    flags = target_flags(target)
+    version = getattr(iree_compiler, "__version__", "") or _compiler_version()
+    key = hashlib.sha256()
+    key.update(bytecode)
+    key.update("\0".join(flags).encode())
+    key.update(version.encode())
+    path = cache_dir() / f"{key.hexdigest()}.vmfb"
+    if path.exists():
+        return path.read_bytes()
+    try:
+        vmfb = iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags)
+    except Exception as error:  # iree.compiler raises CompilerToolError with the tool's stderr
+        raise CompileError(f"iree-compile failed for target {target}:\n{_trim(str(error))}") from error
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename, so that a concurrent reader never sees half a file.
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+        handle.write(vmfb)
+    os.replace(handle.name, path)
+    return vmfb
+
+
+def _compiler_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("iree-base-compiler")
+    except Exception:
+        return "unknown"
+
+
+def _trim(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n... (truncated)"

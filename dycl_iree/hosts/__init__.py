@@ -1,0 +1,6 @@
+"""The two hosts synthesized from one Program: compiled into the vmfb (`main`) and generated Python."""
+
+from .compiled import CompiledHostUnsupported, synthesize_compiled
+from .python import synthesize_python
+
+__all__ = ["CompiledHostUnsupported", "synthesize_compiled", "synthesize_python"]

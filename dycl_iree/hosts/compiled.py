@@ -1,0 +1,374 @@
+"""The compiled host: a `main` function in the segments' MLIR module that carries the control flow.
+
+`main` calls the segment functions and expresses branches as `torch.prim.If` and loops as
+`torch.prim.Loop`, which IREE turns into scf.if / scf.while in its VM, so the whole dynamic network
+is one function that any IREE runtime runs (`iree-run-module --function=main`).
+
+IREE 3.13 lowers `torch.prim.Loop` correctly in only two forms (see ENVIRONMENT.md): every loop is
+emitted in the while-like form, with trip count INT64_MAX, a counter carried by hand, the
+condition `(counter + 1 < trip_count) and body_condition`, and a start condition `0 < trip_count`
+behind `util.optimization_barrier` so that it cannot fold to a constant.
+
+What this host cannot express (lists that grow at run time, `raise`, host ops IREE does not
+legalize) raises `CompiledHostUnsupported`; the bundle then uses the Python host.
+
+Example:
+    >>> text = synthesize_compiled(program, lowered.signatures)     # doctest: +SKIP
+    >>> text.splitlines()[0]                                        # doctest: +SKIP
+    'func.func @main(%v0: !torch.vtensor<[1,8],f32>) -> (!torch.vtensor<[1,8],f32>) {'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from typing import Any
+
+from ..program import (
+    Arg,
+    Block,
+    Constant,
+    HostOp,
+    If,
+    ListArg,
+    ListType,
+    Loop,
+    Program,
+    ScalarType,
+    SegmentCall,
+    TensorOp,
+    TensorType,
+    Type,
+    Value,
+)
+
+INT64_MAX = 9223372036854775807
+
+_MLIR_DTYPE = {
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "si64",
+    "int32": "si32",
+    "int16": "si16",
+    "int8": "si8",
+    "uint8": "ui8",
+    "bool": "i1",
+}
+
+# Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types.
+_LEGAL_HOST_OPS = {
+    "aten::add.int": "!torch.int",
+    "aten::sub.int": "!torch.int",
+    "aten::mul.int": "!torch.int",
+    "aten::floordiv.int": "!torch.int",
+    "aten::remainder.int": "!torch.int",
+    "aten::lt.int": "!torch.bool",
+    "aten::le.int": "!torch.bool",
+    "aten::gt.int": "!torch.bool",
+    "aten::ge.int": "!torch.bool",
+    "aten::eq.int": "!torch.bool",
+    "aten::ne.int": "!torch.bool",
+    "aten::gt.float": "!torch.bool",
+    "aten::lt.float": "!torch.bool",
+    "aten::__and__.bool": "!torch.bool",
+    "aten::__or__.bool": "!torch.bool",
+    "aten::Bool.int": "!torch.bool",
+    "prim::min.int": "!torch.int",
+    "prim::max.int": "!torch.int",
+    "aten::add.float": "!torch.float",
+    "aten::mul.float": "!torch.float",
+    "aten::sub.float": "!torch.float",
+}
+
+
+class CompiledHostUnsupported(Exception):
+    """The Program uses something the compiled host cannot express; the reason says what and where."""
+
+
+def mlir_type(type_: Type) -> str:
+    if isinstance(type_, TensorType):
+        dims = ",".join("?" if d is None else str(d) for d in type_.shape)
+        if type_.dtype not in _MLIR_DTYPE:
+            raise CompiledHostUnsupported(f"tensors of dtype {type_.dtype}")
+        return f"!torch.vtensor<[{dims}],{_MLIR_DTYPE[type_.dtype]}>"
+    if isinstance(type_, ScalarType):
+        return {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}[type_.kind]
+    raise CompiledHostUnsupported("lists that change at run time (they need the Python host)")
+
+
+def _float_literal(value: float) -> str:
+    if math.isfinite(value):
+        return f"{value:.17e}"
+    return "0x" + struct.pack(">d", value).hex().upper()
+
+
+class _Emitter:
+    def __init__(self, signatures: dict[str, tuple[list[str], list[str]]]) -> None:
+        self.signatures = signatures
+        self.lines: list[str] = []
+        self.names: dict[Value, str] = {}
+        self.types: dict[Value, str] = {}
+        self.temporaries = itertools.count()
+        self.depth = 1
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def fresh(self) -> str:
+        return f"%t{next(self.temporaries)}"
+
+    def define(self, value: Value, name: str, type_text: str) -> None:
+        self.names[value] = name
+        self.types[value] = type_text
+
+    def operand(self, arg: Arg, want: str | None = None) -> tuple[str, str]:
+        """The SSA name and MLIR type of `arg`, materializing constants, cast to `want` if given."""
+        if isinstance(arg, Value):
+            name, type_text = self.names[arg], self.types[arg]
+        elif isinstance(arg, Constant):
+            name, type_text = self.constant(arg.value, want)
+        else:
+            raise CompiledHostUnsupported("a list built on the host")
+        if want is not None and want != type_text:
+            name, type_text = self.cast(name, type_text, want), want
+        return name, type_text
+
+    def constant(self, value: Any, want: str | None) -> tuple[str, str]:
+        name = self.fresh()
+        if isinstance(value, bool):
+            self.emit(f"{name} = torch.constant.bool {'true' if value else 'false'}")
+            return name, "!torch.bool"
+        if isinstance(value, int):
+            if want == "!torch.float":
+                value = float(value)
+            else:
+                self.emit(f"{name} = torch.constant.int {value}")
+                return name, "!torch.int"
+        if isinstance(value, float):
+            self.emit(f"{name} = torch.constant.float {_float_literal(value)}")
+            return name, "!torch.float"
+        raise CompiledHostUnsupported(f"a constant {type(value).__name__} on a host path")
+
+    def cast(self, name: str, have: str, want: str) -> str:
+        result = self.fresh()
+        if have.startswith("!torch.vtensor") and want.startswith("!torch.vtensor"):
+            self.emit(f"{result} = torch.tensor_static_info_cast {name} : {have} to {want}")
+        elif have == "!torch.int" and want == "!torch.float":
+            self.emit(f"{result} = torch.aten.Float.Scalar {name} : !torch.int -> !torch.float")
+        elif have == "!torch.bool" and want == "!torch.int":
+            self.emit(f"{result} = torch.aten.Int.bool {name} : !torch.bool -> !torch.int")
+        elif have == "!torch.float" and want == "!torch.vtensor<[],f32>":
+            wide = self.fresh()
+            self.emit(f"{wide} = torch.prim.NumToTensor.Scalar {name} : !torch.float -> !torch.vtensor<[],f64>")
+            code, false, none = self.fresh(), self.fresh(), self.fresh()
+            self.emit(f"{code} = torch.constant.int 6")
+            self.emit(f"{false} = torch.constant.bool false")
+            self.emit(f"{none} = torch.constant.none")
+            self.emit(
+                f"{result} = torch.aten.to.dtype {wide}, {code}, {false}, {false}, {none} : "
+                f"!torch.vtensor<[],f64>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[],f32>"
+            )
+        else:
+            raise CompiledHostUnsupported(f"passing a {have} where {want} is expected")
+        return result
+
+    # -- nodes --------------------------------------------------------------------------------
+    def block(self, block: Block) -> None:
+        for node in block.nodes:
+            if isinstance(node, SegmentCall):
+                self.segment_call(node)
+            elif isinstance(node, HostOp):
+                self.host_op(node)
+            elif isinstance(node, If):
+                self.if_(node)
+            elif isinstance(node, Loop):
+                self.loop(node)
+            elif isinstance(node, TensorOp):
+                raise CompiledHostUnsupported("a tensor op outside any segment (partition the Program first)")
+
+    def segment_call(self, node: SegmentCall) -> None:
+        params, results = self.signatures[node.segment]
+        operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]
+        result = self.fresh()
+        count = len(results)
+        target = result if count == 1 else f"{result}:{count}"
+        results_text = results[0] if count == 1 else f"({', '.join(results)})"
+        self.emit(
+            f"{target} = func.call @{node.segment}({', '.join(operands)}) : "
+            f"({', '.join(params)}) -> {results_text}"
+        )
+        for position, (value, type_text) in enumerate(zip(node.outputs, results)):
+            self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+
+    def host_op(self, node: HostOp) -> None:
+        target = node.target
+        (output,) = node.outputs or (None,)
+        result = self.fresh()
+        if target in ("aten::Bool.Tensor", "aten::Int.Tensor", "aten::Float.Tensor"):
+            operand, type_text = self.operand(node.args[0])
+            result_type = mlir_type(output.type)
+            op = "torch." + target.replace("::", ".")
+            self.emit(f"{result} = {op} {operand} : {type_text} -> {result_type}")
+        elif target == "aten::size.int":
+            tensor, tensor_type = self.operand(node.args[0])
+            dim, _ = self.operand(node.args[1], "!torch.int")
+            result_type = "!torch.int"
+            self.emit(f"{result} = torch.aten.size.int {tensor}, {dim} : {tensor_type}, !torch.int -> !torch.int")
+        elif target == "aten::__not__.bool":
+            # torch-mlir/IREE cannot lower aten.__not__; an scf.if that yields the opposite can.
+            operand, _ = self.operand(node.args[0], "!torch.bool")
+            result_type = "!torch.bool"
+            self.emit(f"{result} = torch.prim.If {operand} -> (!torch.bool) {{")
+            self.depth += 1
+            false = self.constant(False, None)[0]
+            self.emit(f"torch.prim.If.yield {false} : !torch.bool")
+            self.depth -= 1
+            self.emit("} else {")
+            self.depth += 1
+            true = self.constant(True, None)[0]
+            self.emit(f"torch.prim.If.yield {true} : !torch.bool")
+            self.depth -= 1
+            self.emit("}")
+        elif target in _LEGAL_HOST_OPS:
+            result_type = _LEGAL_HOST_OPS[target]
+            kind = target.split(".")[-1]
+            want = {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}.get(kind)
+            operands = [self.operand(arg, want) for arg in node.args]
+            op = "torch." + target.replace("::", ".")
+            self.emit(
+                f"{result} = {op} {', '.join(o[0] for o in operands)} : "
+                f"{', '.join(o[1] for o in operands)} -> {result_type}"
+            )
+        else:
+            where = f" ({node.source})" if node.source else ""
+            raise CompiledHostUnsupported(f"host operation {target}{where}")
+        self.define(output, result, result_type)
+
+    def region_results(self, block: Block, types: list[str]) -> list[str]:
+        return [self.operand(arg, want)[0] for arg, want in zip(block.results, types)]
+
+    def if_(self, node: If) -> None:
+        condition, _ = self.operand(node.condition, "!torch.bool")
+        types = [mlir_type(v.type) for v in node.outputs]
+        result = self.fresh()
+        count = len(types)
+        prefix = "" if count == 0 else (f"{result} = " if count == 1 else f"{result}:{count} = ")
+        self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(types)}) {{")
+        for index, block in enumerate((node.then_block, node.else_block)):
+            if index == 1:
+                self.emit("} else {")
+            self.depth += 1
+            saved = dict(self.names), dict(self.types)
+            self.block(block)
+            yields = self.region_results(block, types)
+            suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
+            self.emit(f"torch.prim.If.yield{suffix}")
+            self.names, self.types = saved
+            self.depth -= 1
+        self.emit("}")
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+
+    def loop(self, node: Loop) -> None:
+        trip, _ = self.operand(node.trip_count, "!torch.int")
+        types = [mlir_type(v.type) for v in node.outputs]
+        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        zero = self.constant(0, None)[0]
+        start = self.fresh()
+        self.emit(f"{start} = torch.aten.lt.int {zero}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(node.condition, Constant) and node.condition.value is True):
+            condition, _ = self.operand(node.condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool")
+            start = both
+        # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
+        bit, kept, guarded = self.fresh(), self.fresh(), self.fresh()
+        self.emit(f'{bit} = "torch_c.to_i1"({start}) : (!torch.bool) -> i1')
+        self.emit(f'{kept} = "util.optimization_barrier"({bit}) : (i1) -> i1')
+        self.emit(f'{guarded} = "torch_c.from_i1"({kept}) : (i1) -> !torch.bool')
+        maximum = self.fresh()
+        self.emit(f"{maximum} = torch.constant.int {INT64_MAX}")
+        result = self.fresh()
+        carried_types = ["!torch.int", *types]
+        self.emit(
+            f"{result}:{len(carried_types)} = torch.prim.Loop {maximum}, {guarded}, "
+            f"init({', '.join([zero, *initial])}) {{"
+        )
+        index_name, counter = self.fresh(), self.fresh()
+        params = [self.fresh() for _ in types]
+        block_args = [f"{index_name}: !torch.int", f"{counter}: !torch.int"]
+        block_args += [f"{p}: {t}" for p, t in zip(params, types)]
+        self.emit(f"^bb0({', '.join(block_args)}):")
+        self.depth += 1
+        saved = dict(self.names), dict(self.types)
+        index_param, *carried_params = node.body.params
+        self.define(index_param, counter, "!torch.int")
+        for value, name, type_text in zip(carried_params, params, types):
+            self.define(value, name, type_text)
+        self.block(node.body)
+        body_condition = node.body.results[0]
+        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
+        one = self.constant(1, None)[0]
+        following = self.fresh()
+        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
+        go = self.fresh()
+        self.emit(f"{go} = torch.aten.lt.int {following}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(body_condition, Constant) and body_condition.value is True):
+            keep_going, _ = self.operand(body_condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
+            go = both
+        self.emit(
+            f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : "
+            f"{', '.join(carried_types)})"
+        )
+        self.names, self.types = saved
+        self.depth -= 1
+        self.emit(f"}} : (!torch.int, !torch.bool, {', '.join(carried_types)}) -> ({', '.join(carried_types)})")
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, f"{result}#{position + 1}", type_text)
+
+
+def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
+    """MLIR text of `func.func @main`, or CompiledHostUnsupported naming what it cannot express."""
+    emitter = _Emitter(signatures)
+    params = []
+    for index, value in enumerate(program.inputs):
+        type_text = mlir_type(value.type)
+        emitter.define(value, f"%arg{index}", type_text)
+        params.append(f"%arg{index}: {type_text}")
+    result_types = [_result_type(arg) for arg in program.body.results]
+    emitter.block(program.body)
+    results = emitter.region_results(program.body, result_types)
+    body = emitter.lines
+    header = f"func.func @main({', '.join(params)}) -> ({', '.join(result_types)}) {{"
+    footer = [f"  return {', '.join(results)} : {', '.join(result_types)}", "}"]
+    return "\n".join([header, *body, *footer])
+
+
+def _result_type(arg: Arg) -> str:
+    if isinstance(arg, Value):
+        return mlir_type(arg.type)
+    if isinstance(arg, Constant):
+        value = arg.value
+        if isinstance(value, bool):
+            return "!torch.bool"
+        if isinstance(value, int):
+            return "!torch.int"
+        if isinstance(value, float):
+            return "!torch.float"
+        raise CompiledHostUnsupported("a constant tensor output")
+    if isinstance(arg, ListArg):
+        raise CompiledHostUnsupported("a list output")
+    raise CompiledHostUnsupported(f"an output of kind {type(arg).__name__}")
+
+
+def uses_lists(program: Program) -> bool:
+    from ..program import iter_nodes
+
+    return any(
+        isinstance(v.type, ListType) for node in iter_nodes(program.body) for v in node.outputs
+    )

@@ -1,0 +1,177 @@
+"""The Python host: readable Python source that carries the control flow and calls the segments.
+
+This is DyCL's host program. The generated module defines `bind(rt)`, which looks every segment
+function up once and returns `main(*inputs)`. Tensors stay `iree.runtime` device arrays between
+segment calls; only the scalars a decision needs are read back (`to_bool`, `to_int`,
+`to_float`); shape reads use the buffer's shape and need no sync. `rt.decide` and `rt.trips`
+count which branch sides and how many loop iterations ran when the caller asks for it (`verify`).
+
+The generated code imports nothing but `math`, so it runs wherever `host_runtime` runs.
+
+Example:
+    >>> print(synthesize_python(program))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import keyword
+
+from host_runtime import scalar_ops
+
+from ..program import (
+    Arg,
+    Block,
+    Constant,
+    HostOp,
+    If,
+    ListArg,
+    Loop,
+    Program,
+    ScalarType,
+    SegmentCall,
+    TensorOp,
+    Value,
+)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[Value, str] = {}
+        self.used: set[str] = set()
+        self.depth = 2
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def name(self, value: Value) -> str:
+        existing = self.names.get(value)
+        if existing is not None:
+            return existing
+        base = value.name if value.name and value.name.isidentifier() else "v"
+        name = f"{base}{value.id}"
+        if keyword.iskeyword(name):
+            name += "_"
+        self.names[value] = name
+        return name
+
+    def expr(self, arg: Arg) -> str:
+        if isinstance(arg, Value):
+            return self.name(arg)
+        if isinstance(arg, ListArg):
+            return "[" + ", ".join(self.expr(a) for a in arg.items) + "]"
+        value = arg.value
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return repr(value)
+        if isinstance(value, list) and all(isinstance(v, (bool, int, float)) for v in value):
+            return repr(value)
+        return "None"  # an uninitialized placeholder on a path that raised
+
+    def targets(self, values: tuple[Value, ...]) -> str:
+        if len(values) == 1:
+            return self.name(values[0]) + ","
+        return ", ".join(self.name(v) for v in values)
+
+    def block(self, block: Block) -> None:
+        start = len(self.lines)
+        for node in block.nodes:
+            if isinstance(node, SegmentCall):
+                self.segment_call(node)
+            elif isinstance(node, HostOp):
+                self.host_op(node)
+            elif isinstance(node, If):
+                self.if_(node)
+            elif isinstance(node, Loop):
+                self.loop(node)
+            elif isinstance(node, TensorOp):
+                raise ValueError("partition the Program before generating its host")
+        if len(self.lines) == start:
+            self.emit("pass")
+
+    def segment_call(self, node: SegmentCall) -> None:
+        args = []
+        for arg in node.args:
+            text = self.expr(arg)
+            if isinstance(arg.type, ScalarType) and arg.type.kind == "float":
+                text = f"float_arg({text})"  # floats enter segments as 0-d float32 tensors
+            elif isinstance(arg.type, ScalarType) and arg.type.kind == "bool":
+                text = f"int({text})"
+            args.append(text)
+        self.emit(f"{self.targets(node.outputs)} = {node.segment}({', '.join(args)})")
+
+    def host_op(self, node: HostOp) -> None:
+        target = node.target
+        args = [self.expr(a) for a in node.args]
+        out = self.name(node.outputs[0]) if node.outputs else ""
+        source = f"    # {node.source}" if node.source else ""
+        if target == "aten::Bool.Tensor":
+            self.emit(f"{out} = to_bool({args[0]}){source}")
+        elif target == "aten::Int.Tensor":
+            self.emit(f"{out} = to_int({args[0]}){source}")
+        elif target == "aten::Float.Tensor":
+            self.emit(f"{out} = to_float({args[0]}){source}")
+        elif target == "aten::size.int":
+            self.emit(f"{out} = {args[0]}.shape[{args[1]}]{source}")
+        elif target == "aten::tensor":
+            self.emit(f"{out} = to_array({args[0]}, {args[1]}){source}")
+        elif target == "prim::RaiseException":
+            self.emit(f"raise ModelRaised({args[0]} + {' (' + node.source + ')'!r})")
+        else:
+            self.emit(f"{out} = {scalar_ops.render(target, args)}{source}")
+
+    def assign(self, values: tuple[Value, ...], args: tuple[Arg, ...]) -> None:
+        if values:
+            self.emit(f"{', '.join(self.name(v) for v in values)} = {', '.join(self.expr(a) for a in args)}")
+
+    def if_(self, node: If) -> None:
+        self.emit(f"if decide({self.expr(node.condition)}, {node.label!r}):    # {node.source}")
+        for index, block in enumerate((node.then_block, node.else_block)):
+            if index == 1:
+                self.emit("else:")
+            self.depth += 1
+            self.block(block)
+            self.assign(node.outputs, block.results)
+            self.depth -= 1
+
+    def loop(self, node: Loop) -> None:
+        index, *carried = node.body.params
+        self.assign(tuple(carried), node.initial)
+        go = f"go{index.id}"
+        self.emit(f"{self.name(index)} = 0")
+        self.emit(f"{go} = {self.expr(node.condition)}")
+        trip = self.expr(node.trip_count)
+        self.emit(f"while {go} and {self.name(index)} < {trip}:    # {node.label} {node.source}")
+        self.depth += 1
+        self.block(node.body)
+        self.emit(f"{go} = {self.expr(node.body.results[0])}")
+        self.assign(tuple(carried), node.body.results[1:])
+        self.emit(f"{self.name(index)} += 1")
+        self.depth -= 1
+        self.emit(f"trips({node.label!r}, {self.name(index)})")
+        self.assign(node.outputs, tuple(carried))
+
+
+def synthesize_python(program: Program) -> str:
+    """The source of the Python host of `program` (see the module docstring)."""
+    writer = _Writer()
+    params = [writer.name(v) for v in program.inputs]
+    writer.block(program.body)
+    results = [writer.expr(r) for r in program.body.results]
+    segments = "\n".join(f"    {s.name} = rt.segment({s.name!r})" for s in program.segments)
+    header = [
+        f'"""Host program of {program.name}, generated by dycl_iree: the control flow of the model,',
+        "calling its compiled segments through iree.runtime. Regenerate it instead of editing it.",
+        '"""',
+        "import math  # noqa: F401  (used by some scalar ops)",
+        "",
+        "",
+        "def bind(rt):",
+        segments,
+        "    to_bool, to_int, to_float = rt.to_bool, rt.to_int, rt.to_float",
+        "    to_array, float_arg = rt.to_array, rt.float_arg",
+        "    decide, trips, ModelRaised = rt.decide, rt.trips, rt.ModelRaised",
+        "",
+        f"    def main({', '.join(params)}):",
+    ]
+    footer = [f"        return ({', '.join(results)}{',' if len(results) == 1 else ''})", "", "    return main", ""]
+    return "\n".join(header + writer.lines + footer)

@@ -1,0 +1,178 @@
+"""Lower: every segment becomes one function of ONE MLIR module, through torch.export and torch-mlir.
+
+torch-mlir's wheel has no TorchScript importer, so each segment is rebuilt as a `torch.fx` graph of
+`torch.ops.aten` calls, exported with `torch.export` (which decomposes, functionalizes and keeps the
+dynamic dims dynamic) and imported with torch-mlir's `FxImporter` under the segment's name. All
+segments share one importer, and a weight is the same `torch.Tensor` object wherever it is used,
+so the module stores its blob once however many segments read it.
+
+Segment parameters that are host scalars need care, because `torch.export` bakes Python scalars
+into the graph: an int becomes a `Dim.DYNAMIC` input (imported as `!torch.int`); a float cannot be
+dynamic at all, so it travels as a 0-d float32 tensor and is read with `aten.item` inside the
+segment (float32, not float64: IREE demotes f64 to f32 by default and a float64 buffer passed in
+from the host is then misread); a bool travels as an int.
+
+Example:
+    >>> lowered = lower(partition(specialize(capture(model), example_inputs)))   # doctest: +SKIP
+    >>> lowered.signatures["seg0"]                                                # doctest: +SKIP
+    (['!torch.vtensor<[1,8],f32>'], ['!torch.vtensor<[1,8],f32>'])
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch.export import Dim
+
+from .errors import UnsupportedOpError
+from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value
+from .specialize import overload_of, torch_dtype
+
+
+@dataclass
+class LoweredModule:
+    """The MLIR module of all segments, and each segment function's (param, result) MLIR types."""
+
+    module: Any
+    context: Any
+    signatures: dict[str, tuple[list[str], list[str]]]
+
+
+def lower(program: Program, progress: Callable[[str], None] | None = None) -> LoweredModule:
+    """Import every segment of `program` into one MLIR module (one `func.func` per segment)."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_dialect
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    context = ir.Context()
+    torch_dialect.register_dialect(context)
+    importer = FxImporter(context=context)
+    decompositions = get_decomposition_table()
+    constants: dict[int, tuple[str, torch.Tensor]] = {}
+    for segment in program.segments:
+        if progress is not None:
+            progress(segment.name)
+        graph_module, examples, dynamic = _segment_graph(segment, constants)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exported = _export(graph_module, examples, dynamic)
+                exported = exported.run_decompositions(decompositions)
+                importer.import_frozen_program(exported, func_name=segment.name)
+        except UnsupportedOpError:
+            raise
+        except Exception as error:
+            raise _explain(segment, error) from error
+    module = importer.module
+    return LoweredModule(module, context, _signatures(module))
+
+
+def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
+    try:
+        return torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
+    except Exception:
+        # Examples of size 0 or 1 make torch.export specialize; retrying with every dim dynamic
+        # but AUTO lets it decide which dims the ops force to be static.
+        relaxed = [
+            {d: Dim.AUTO for d in range(e.dim())} if isinstance(e, torch.Tensor) and e.dim() else spec
+            for e, spec in zip(examples, dynamic)
+        ]
+        return torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
+
+
+def _segment_graph(
+    segment: Segment, constants: dict[int, tuple[str, torch.Tensor]]
+) -> tuple[fx.GraphModule, list, list]:
+    graph = fx.Graph()
+    root = torch.nn.Module()
+    env: dict[Value, Any] = {}
+    examples: list = []
+    dynamic: list = []
+    for index, param in enumerate(segment.params):
+        placeholder = graph.placeholder(f"p{index}")
+        type_ = param.type
+        if isinstance(type_, TensorType):
+            examples.append(_example_tensor(type_))
+            dims = {d: Dim.AUTO for d, size in enumerate(type_.shape) if size is None}
+            dynamic.append(dims or None)
+            env[param] = placeholder
+        elif isinstance(type_, ScalarType) and type_.kind == "float":
+            examples.append(torch.tensor(float(type_.hint), dtype=torch.float32))
+            dynamic.append(None)
+            env[param] = graph.call_function(torch.ops.aten.item.default, (placeholder,))
+        else:
+            hint = int(type_.hint) if type_.hint is not None else 2
+            examples.append(hint if hint not in (0, 1) else 2)
+            dynamic.append(Dim.DYNAMIC)
+            env[param] = placeholder
+
+    def convert(arg: Any) -> Any:
+        if isinstance(arg, Value):
+            return env[arg]
+        if isinstance(arg, ListArg):
+            return [convert(item) for item in arg.items]
+        value = arg.value if isinstance(arg, Constant) else arg
+        if isinstance(value, torch.Tensor):
+            name, _ = constants.setdefault(id(value), (f"_const{len(constants)}", value))
+            if not hasattr(root, name):
+                # The same tensor object in every segment: the importer then stores one blob.
+                setattr(root, name, value)
+            return graph.get_attr(name)
+        return value
+
+    for op in segment.nodes:
+        overload = overload_of(op.target)
+        node = graph.call_function(
+            overload, tuple(convert(a) for a in op.args), {k: convert(a) for k, a in op.kwargs}
+        )
+        node.meta["dycl_source"] = op.source
+        if op.returns == "single":
+            env[op.outputs[0]] = node
+        else:
+            for position, output in enumerate(op.outputs):
+                env[output] = graph.call_function(operator.getitem, (node, position))
+    graph.output(tuple(env[r] for r in segment.results))
+    return fx.GraphModule(root, graph), examples, dynamic
+
+
+def _example_tensor(type_: TensorType) -> torch.Tensor:
+    dtype = torch_dtype(type_.dtype)
+    if dtype.is_floating_point:
+        return torch.randn(type_.hint, dtype=dtype)
+    return torch.zeros(type_.hint, dtype=dtype)
+
+
+def _explain(segment: Segment, error: Exception) -> UnsupportedOpError:
+    """Name the op (and its source line) that the error is about, as well as we can tell."""
+    text = str(error)
+    for op in segment.nodes:
+        name = op.target.split("::")[1].split(".")[0]
+        if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
+            return UnsupportedOpError(op.target, op.source, segment.name, _first_line(text))
+    first = segment.nodes[0]
+    return UnsupportedOpError(first.target, first.source, segment.name, _first_line(text))
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:400] if lines else ""
+
+
+def _signatures(module: Any) -> dict[str, tuple[list[str], list[str]]]:
+    from torch_mlir import ir
+
+    signatures: dict[str, tuple[list[str], list[str]]] = {}
+    for op in module.body.operations:
+        if op.operation.name != "func.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        function_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        signatures[name] = ([str(t) for t in function_type.inputs], [str(t) for t in function_type.results])
+    return signatures

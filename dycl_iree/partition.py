@@ -1,0 +1,217 @@
+"""Partition: cut the Program's tensor code into condition-free segments (DyCL's program rewriting).
+
+Within every block, maximal runs of `TensorOp`s become one segment. Host operations that do not
+read the running segment's results (scalar arithmetic on inputs, list bookkeeping) are hoisted in
+front of it, so they do not cut it; a sync point, a shape read of one of its results, an `if` or a
+loop ends it. Liveness over the whole Program then gives each segment its parameters (values it
+reads from outside) and its results (values read outside it); constants stay inside, and values
+that are only passed along never enter a segment (DyCL's graph optimization). Segments with the
+same ops, constants and signature are emitted once and called from every place they occur.
+
+Example:
+    >>> program = partition(specialize(capture(model), example_inputs))   # doctest: +SKIP
+    >>> [segment.name for segment in program.segments]                    # doctest: +SKIP
+    ['seg0', 'seg1']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import SpecializeError
+from .program import (
+    Block,
+    Constant,
+    HostOp,
+    If,
+    ListArg,
+    ListType,
+    Loop,
+    Node,
+    Program,
+    Segment,
+    SegmentCall,
+    TensorOp,
+    Value,
+    arg_values,
+    node_inputs,
+    sub_blocks,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class _Group:
+    """A run of tensor ops, before liveness gives it a signature."""
+
+    index: int
+    ops: tuple[TensorOp, ...]
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        return ()
+
+
+def partition(program: Program) -> Program:
+    """Replace runs of TensorOps by SegmentCalls and collect the segments."""
+    groups: list[_Group] = []
+    body = _group_block(program.body, groups)
+    reads_outside = _reads_outside_groups(body)
+    segments: dict[Any, Segment] = {}
+    calls: dict[int, SegmentCall | None] = {}
+    for group in groups:
+        defined = [v for op in group.ops for v in op.outputs]
+        defined_set = set(defined)
+        params: list[Value] = []
+        for op in group.ops:
+            for value in node_inputs(op):
+                if value not in defined_set and value not in params:
+                    if isinstance(value.type, ListType):
+                        raise SpecializeError(
+                            f"{op.target} reads a run-time list ({op.source}); turn it into a tensor first"
+                        )
+                    params.append(value)
+        results = [v for v in defined if v in reads_outside]
+        if not results:
+            calls[group.index] = None  # dead code
+            continue
+        key = _segment_key(group.ops, params, results)
+        segment = segments.get(key)
+        if segment is None:
+            segment = Segment(f"seg{len(segments)}", tuple(params), group.ops, tuple(results))
+            segments[key] = segment
+        calls[group.index] = SegmentCall(segment.name, tuple(params), tuple(results))
+    body = _replace_groups(body, calls)
+    return program.replace(body=body, segments=tuple(segments.values()))
+
+
+def _group_block(block: Block, groups: list[_Group]) -> Block:
+    nodes: list[Any] = []
+    running: list[TensorOp] = []
+    running_outputs: set[Value] = set()
+    hoisted: list[Node] = []
+
+    def close() -> None:
+        nonlocal running, running_outputs, hoisted
+        nodes.extend(hoisted)
+        if running:
+            group = _Group(len(groups), tuple(running))
+            groups.append(group)
+            nodes.append(group)
+        running, running_outputs, hoisted = [], set(), []
+
+    for node in block.nodes:
+        if isinstance(node, TensorOp):
+            running.append(node)
+            running_outputs.update(node.outputs)
+        elif isinstance(node, HostOp) and not (set(node_inputs(node)) & running_outputs):
+            (hoisted if running else nodes).append(node)
+        else:
+            close()
+            if isinstance(node, If):
+                node = If(
+                    node.condition,
+                    _group_block(node.then_block, groups),
+                    _group_block(node.else_block, groups),
+                    node.outputs,
+                    node.label,
+                    node.source,
+                )
+            elif isinstance(node, Loop):
+                node = Loop(
+                    node.trip_count,
+                    node.condition,
+                    node.initial,
+                    _group_block(node.body, groups),
+                    node.outputs,
+                    node.label,
+                    node.source,
+                )
+            nodes.append(node)
+    close()
+    return Block(block.params, tuple(nodes), block.results)
+
+
+def _reads_outside_groups(block: Block) -> set[Value]:
+    """Values read by anything that is not a tensor op of the group that defines them."""
+    reads: set[Value] = set()
+
+    def visit(inner: Block) -> None:
+        for node in inner.nodes:
+            if isinstance(node, _Group):
+                defined = {v for op in node.ops for v in op.outputs}
+                for op in node.ops:
+                    reads.update(v for v in node_inputs(op) if v not in defined)
+                continue
+            reads.update(node_inputs(node))
+            for nested in sub_blocks(node):
+                visit(nested)
+        for result in inner.results:
+            reads.update(arg_values(result))
+
+    visit(block)
+    return reads
+
+
+def _replace_groups(block: Block, calls: dict[int, SegmentCall | None]) -> Block:
+    nodes: list[Node] = []
+    for node in block.nodes:
+        if isinstance(node, _Group):
+            call = calls[node.index]
+            if call is not None:
+                nodes.append(call)
+        elif isinstance(node, If):
+            nodes.append(
+                If(
+                    node.condition,
+                    _replace_groups(node.then_block, calls),
+                    _replace_groups(node.else_block, calls),
+                    node.outputs,
+                    node.label,
+                    node.source,
+                )
+            )
+        elif isinstance(node, Loop):
+            nodes.append(
+                Loop(
+                    node.trip_count,
+                    node.condition,
+                    node.initial,
+                    _replace_groups(node.body, calls),
+                    node.outputs,
+                    node.label,
+                    node.source,
+                )
+            )
+        else:
+            nodes.append(node)
+    return Block(block.params, tuple(nodes), block.results)
+
+
+def _segment_key(ops: tuple[TensorOp, ...], params: list[Value], results: list[Value]) -> Any:
+    """Structural identity: same ops on the same constants (weights by identity) and signature."""
+    local: dict[Value, str] = {v: f"p{i}" for i, v in enumerate(params)}
+    for op in ops:
+        for value in op.outputs:
+            local[value] = f"o{len(local)}"
+
+    def canon(arg: Any) -> Any:
+        if isinstance(arg, Value):
+            return local[arg]
+        if isinstance(arg, ListArg):
+            return ("list", tuple(canon(a) for a in arg.items))
+        value = arg.value if isinstance(arg, Constant) else arg
+        if isinstance(value, torch.Tensor):
+            return ("tensor", id(value))
+        return ("const", type(value).__name__, repr(value))
+
+    return (
+        tuple(v.type for v in params),
+        tuple(
+            (op.target, op.returns, tuple(canon(a) for a in op.args), tuple((k, canon(a)) for k, a in op.kwargs))
+            for op in ops
+        ),
+        tuple(local[v] for v in results),
+    )

@@ -1,0 +1,255 @@
+"""Load a bundle and run it. Imports `iree.runtime` and `numpy` only (never torch).
+
+Example:
+    >>> run = load("model.dycl", device="local-sync", host="compiled")   # doctest: +SKIP
+    >>> logits, exit_index = run(np.zeros((1, 3, 32, 32), np.float32))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .bundle_format import check_file, read_manifest
+from .errors import BundleError, InputError, ModelRaised
+
+_NUMPY_DTYPES = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+}
+# The targets whose vmfbs each driver can run.
+_DRIVER_TARGETS = {
+    "local-sync": "llvm-cpu",
+    "local-task": "llvm-cpu",
+    "cuda": "cuda",
+    "vulkan": "vulkan",
+}
+
+
+def _as_tuple(result: Any) -> tuple:
+    if isinstance(result, tuple):
+        return result
+    if isinstance(result, list):
+        return tuple(result)
+    return (result,)
+
+
+class HostServices:
+    """What the generated Python host calls: segments, read-backs, decision counting."""
+
+    ModelRaised = ModelRaised
+
+    def __init__(self, module: Any, record: bool) -> None:
+        self._module = module
+        self.record = record
+        self.decisions: dict[str, dict[bool, int]] = defaultdict(lambda: defaultdict(int))
+        self.trip_counts: dict[str, list[int]] = defaultdict(list)
+        if not record:
+            self.decide = _pass_through
+            self.trips = _ignore
+
+    def segment(self, name: str) -> Callable[..., tuple]:
+        function = self._module[name]
+
+        def call(*args: Any) -> tuple:
+            return _as_tuple(function(*args))
+
+        call.__name__ = name
+        return call
+
+    @staticmethod
+    def to_bool(array: Any) -> bool:
+        return bool(array.to_host())
+
+    @staticmethod
+    def to_int(array: Any) -> int:
+        return int(array.to_host())
+
+    @staticmethod
+    def to_float(array: Any) -> float:
+        return float(array.to_host())
+
+    @staticmethod
+    def to_array(items: Any, dtype: str) -> np.ndarray:
+        return np.asarray(items, dtype=_NUMPY_DTYPES[dtype])
+
+    @staticmethod
+    def float_arg(value: float) -> np.ndarray:
+        return np.asarray(value, dtype=np.float32)
+
+    def decide(self, condition: bool, label: str) -> bool:
+        self.decisions[label][bool(condition)] += 1
+        return condition
+
+    def trips(self, label: str, count: int) -> None:
+        self.trip_counts[label].append(count)
+
+
+def _pass_through(condition: bool, label: str) -> bool:
+    return condition
+
+
+def _ignore(label: str, count: int) -> None:
+    return None
+
+
+class Runner:
+    """A loaded bundle: call it with the model's inputs."""
+
+    def __init__(self, path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False) -> None:
+        import iree.runtime as ireert
+
+        self.path, self.manifest = read_manifest(path)
+        if host not in ("compiled", "python"):
+            raise ValueError(f"host must be 'compiled' or 'python', not {host!r}")
+        if host == "compiled" and self.manifest["host"] != "compiled":
+            reason = self.manifest.get("compiled_host_unsupported") or "not built"
+            raise BundleError(f"{self.path}: has no compiled host ({reason}); load it with host='python'")
+        self.host = host
+        self.device = device
+        driver = device.split(":")[0]
+        target = _DRIVER_TARGETS.get(driver)
+        if target is None:
+            raise BundleError(f"unknown device {device!r}; known drivers: {', '.join(_DRIVER_TARGETS)}")
+        entry = self.manifest["targets"].get(target)
+        if entry is None:
+            built = ", ".join(self.manifest["targets"]) or "none"
+            raise BundleError(
+                f"{self.path}: built for {built}, which device {device!r} cannot run (it needs a {target} vmfb)"
+            )
+        vmfb = check_file(self.path, self.manifest, entry["file"])
+        try:
+            config = ireert.Config(device)
+        except Exception as error:
+            raise BundleError(f"cannot open IREE device {device!r}: {error}") from error
+        self._context = ireert.SystemContext(config=config)
+        try:
+            module = ireert.VmModule.mmap(self._context.instance, str(vmfb))
+            self._context.add_vm_module(module)
+        except Exception as error:
+            raise BundleError(f"{vmfb}: IREE cannot load it ({error}); it may be corrupt or for another CPU") from error
+        self._module = self._context.modules[self.manifest["module_name"]]
+        self.services = HostServices(self._module, record)
+        if host == "compiled":
+            self._main = self._module["main"]
+        else:
+            source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
+            namespace: dict[str, Any] = {}
+            code = compile(source_path.read_text(), str(source_path), "exec")
+            exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
+            self._main = namespace["bind"](self.services)
+        self._inputs = self.manifest["inputs"]
+        self._leaves = self.manifest["outputs"]["leaves"]
+        self._tree = self.manifest["outputs"]["tree"]
+
+    @property
+    def decisions(self) -> dict[str, dict[bool, int]]:
+        return self.services.decisions
+
+    @property
+    def trip_counts(self) -> dict[str, list[int]]:
+        return self.services.trip_counts
+
+    def __call__(self, *inputs: Any) -> Any:
+        arguments = self.check_inputs(inputs)
+        results = _as_tuple(self._main(*arguments))
+        leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
+        return _build(self._tree, leaves)
+
+    def check_inputs(self, inputs: tuple) -> list:
+        """Convert and check the inputs before any device work; InputError names the bad one."""
+        if len(inputs) != len(self._inputs):
+            names = ", ".join(spec["name"] for spec in self._inputs)
+            raise InputError(f"{self.manifest['model']} takes {len(self._inputs)} inputs ({names}), got {len(inputs)}")
+        arguments = []
+        for position, (value, spec) in enumerate(zip(inputs, self._inputs)):
+            where = f"input {position} ({spec['name']!r})"
+            kind = spec["kind"]
+            if kind == "tensor":
+                array = _to_numpy(value)
+                if array is None:
+                    raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
+                if str(array.dtype) != spec["dtype"] and not (spec["dtype"] == "bool" and array.dtype == np.bool_):
+                    raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
+                shape = spec["shape"]
+                if array.ndim != len(shape):
+                    raise InputError(f"{where} must have rank {len(shape)} (shape {_shape_text(shape)}), got shape {list(array.shape)}")
+                for dim, (want, have) in enumerate(zip(shape, array.shape)):
+                    if want is not None and want != have:
+                        raise InputError(
+                            f"{where} must have size {want} in dim {dim} (shape {_shape_text(shape)}), got shape {list(array.shape)}"
+                        )
+                arguments.append(np.ascontiguousarray(array))
+            elif kind == "bool":
+                if not isinstance(value, (bool, np.bool_)):
+                    raise InputError(f"{where} must be a bool, got {type(value).__name__}")
+                arguments.append(bool(value))
+            elif kind == "int":
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise InputError(f"{where} must be an int, got {type(value).__name__}")
+                arguments.append(int(value))
+            elif kind == "float":
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)):
+                    raise InputError(f"{where} must be a float, got {type(value).__name__}")
+                arguments.append(float(value))
+            else:
+                raise BundleError(f"{self.path}: input kind {kind!r} is not supported by this runtime")
+        return arguments
+
+    @staticmethod
+    def _convert_output(value: Any, spec: dict[str, Any]) -> Any:
+        kind = spec["kind"]
+        if "constant" in spec and value is None:
+            return spec["constant"]
+        if kind == "tensor":
+            array = value.to_host() if hasattr(value, "to_host") else np.asarray(value)
+            want = _NUMPY_DTYPES.get(spec["dtype"])
+            if want is not None and array.dtype != want:
+                array = array.astype(want)
+            return array
+        if kind == "bool":
+            return bool(value)
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        return value
+
+
+def _to_numpy(value: Any) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and hasattr(value, "detach"):  # a torch.Tensor, without importing torch
+        return value.detach().cpu().numpy()
+    if hasattr(value, "to_host"):
+        return value.to_host()
+    return None
+
+
+def _shape_text(shape: list) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _build(tree: Any, leaves: list) -> Any:
+    if isinstance(tree, int):
+        return leaves[tree]
+    return tuple(_build(t, leaves) for t in tree)
+
+
+def load(path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False) -> Runner:
+    """Load a bundle for `device` ("local-sync", "local-task", "cuda", "vulkan") with one host.
+
+    `record=True` (Python host only) counts which side of every decision ran (`runner.decisions`)
+    and every loop's trip count (`runner.trip_counts`).
+    """
+    return Runner(path, device=device, host=host, record=record)

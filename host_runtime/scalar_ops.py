@@ -1,0 +1,90 @@
+"""What each host-side scalar and list op means, in plain Python.
+
+One table serves three readers: the exporter folds constants and computes example values with
+it, the reference interpreter runs host nodes with it, and the generated Python host inlines its
+expression templates. Keys are TorchScript op names without the overload ("aten::add"): Python's
+own operators are already polymorphic over int, float and bool, and TorchScript's scalar ops follow
+Python semantics (floor division and remainder round toward negative infinity).
+
+Example:
+    >>> SCALAR_OPS["aten::floordiv"].function(-7, 2)
+    -4
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    function: Callable[..., Any]
+    # A Python expression with {0}, {1}, ... for the arguments, used by the generated host.
+    template: str
+
+
+def _append(items: list, item: Any) -> list:
+    # Lists are values in the Program (SSA): append returns a new list.
+    return [*items, item]
+
+
+def _div(a: float, b: float) -> float:
+    return a / b
+
+
+SCALAR_OPS: dict[str, ScalarOp] = {
+    "aten::add": ScalarOp(lambda a, b: a + b, "({0} + {1})"),
+    "aten::sub": ScalarOp(lambda a, b: a - b, "({0} - {1})"),
+    "aten::mul": ScalarOp(lambda a, b: a * b, "({0} * {1})"),
+    "aten::div": ScalarOp(_div, "({0} / {1})"),
+    "aten::floordiv": ScalarOp(lambda a, b: a // b, "({0} // {1})"),
+    "aten::remainder": ScalarOp(lambda a, b: a % b, "({0} % {1})"),
+    "aten::neg": ScalarOp(lambda a: -a, "(-{0})"),
+    "aten::abs": ScalarOp(abs, "abs({0})"),
+    "aten::pow": ScalarOp(lambda a, b: a**b, "({0} ** {1})"),
+    "prim::min": ScalarOp(min, "min({0}, {1})"),
+    "prim::max": ScalarOp(max, "max({0}, {1})"),
+    "aten::lt": ScalarOp(lambda a, b: a < b, "({0} < {1})"),
+    "aten::le": ScalarOp(lambda a, b: a <= b, "({0} <= {1})"),
+    "aten::gt": ScalarOp(lambda a, b: a > b, "({0} > {1})"),
+    "aten::ge": ScalarOp(lambda a, b: a >= b, "({0} >= {1})"),
+    "aten::eq": ScalarOp(lambda a, b: a == b, "({0} == {1})"),
+    "aten::ne": ScalarOp(lambda a, b: a != b, "({0} != {1})"),
+    "aten::__and__": ScalarOp(lambda a, b: a and b, "({0} and {1})"),
+    "aten::__or__": ScalarOp(lambda a, b: a or b, "({0} or {1})"),
+    "aten::__xor__": ScalarOp(lambda a, b: a != b, "({0} != {1})"),
+    "aten::__not__": ScalarOp(lambda a: not a, "(not {0})"),
+    "aten::Int": ScalarOp(int, "int({0})"),
+    "aten::Float": ScalarOp(float, "float({0})"),
+    "aten::Bool": ScalarOp(bool, "bool({0})"),
+    "aten::floor": ScalarOp(math.floor, "math.floor({0})"),
+    "aten::ceil": ScalarOp(math.ceil, "math.ceil({0})"),
+    "aten::sqrt": ScalarOp(math.sqrt, "math.sqrt({0})"),
+    "aten::exp": ScalarOp(math.exp, "math.exp({0})"),
+    "aten::log": ScalarOp(math.log, "math.log({0})"),
+    "aten::len": ScalarOp(len, "len({0})"),
+    "aten::append": ScalarOp(_append, "[*{0}, {1}]"),
+    "aten::__getitem__": ScalarOp(lambda items, i: items[i], "{0}[{1}]"),
+    "aten::__contains__": ScalarOp(lambda items, x: x in items, "({1} in {0})"),
+    "prim::ListConstruct": ScalarOp(lambda *items: list(items), "[{all}]"),
+}
+
+
+def op_key(target: str) -> str:
+    """"aten::add.int" -> "aten::add" (the table is keyed without overloads)."""
+    namespace, _, name = target.partition("::")
+    return namespace + "::" + name.split(".")[0]
+
+
+def lookup(target: str) -> ScalarOp | None:
+    return SCALAR_OPS.get(op_key(target))
+
+
+def render(target: str, args: list[str]) -> str:
+    """The Python expression of a host op applied to argument expressions."""
+    op = SCALAR_OPS[op_key(target)]
+    if "{all}" in op.template:
+        return op.template.replace("{all}", ", ".join(args))
+    return op.template.format(*args)
