@@ -70,8 +70,11 @@ IREE_CPU_FLAGS = (
     "--iree-llvmcpu-target-cpu=host",
 )
 
-# Same tolerance as the project's correctness contract, loosened to 1e-4 relative because the
-# peers (onnxruntime, inductor) reorder float reductions more freely than dycl_iree does.
+# A float output matches when |actual - expected| <= FLOAT_ATOL + FLOAT_RTOL * max|expected| for
+# every element. Relative to the tensor's largest magnitude, not element by element: rounding in
+# a deep network is proportional to the size of the values it summed, so a logit near zero can
+# legitimately be off by 3e-5 after torch.jit.freeze fuses a conv and a batch norm (measured on
+# the zoo's SDN ResNet-56), while taking another path changes outputs by whole units.
 FLOAT_RTOL = 1e-4
 FLOAT_ATOL = 1e-5
 
@@ -143,7 +146,8 @@ def _kind(array: np.ndarray) -> str:
 def compare_outputs(expected: Any, actual: Any) -> str | None:
     """Return None when `actual` matches `expected`, else a one-line reason.
 
-    Floats match within rtol 1e-4 / atol 1e-5; integers, booleans and every shape match exactly.
+    Floats match within atol 1e-5 + rtol 1e-4 times the expected tensor's largest magnitude (NaN
+    and infinity where expected has them); integers, booleans and every shape match exactly.
     Widths may differ (ONNX turns a Python int into int64, a Python float may come back as float32)
     but an int may not come back as a float. A Python scalar in `expected` has no shape, so any
     one-element array holding the same value matches it (ONNX returns an int as a [1] tensor).
@@ -151,7 +155,7 @@ def compare_outputs(expected: Any, actual: Any) -> str | None:
     >>> compare_outputs((torch.ones(2), 3), [np.ones(2, np.float32), np.int64(3)]) is None
     True
     >>> compare_outputs(torch.ones(2), -torch.ones(2))
-    'output 0: max abs difference 2 (rtol 0.0001, atol 1e-05)'
+    'output 0: max abs difference 2 > 0.00011 (atol 1e-05 + rtol 0.0001 x max |expected| 1)'
     """
     expected_flat = _leaves(expected)
     actual_flat = flatten_outputs(actual)
@@ -165,11 +169,31 @@ def compare_outputs(expected: Any, actual: Any) -> str | None:
         if _kind(want) != _kind(got):
             return f"output {index}: dtype {got.dtype}, expected {want.dtype}"
         if _kind(want) == "float":
-            if not np.allclose(got, want, rtol=FLOAT_RTOL, atol=FLOAT_ATOL, equal_nan=True):
-                difference = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))
-                return f"output {index}: max abs difference {difference:.3g} (rtol {FLOAT_RTOL}, atol {FLOAT_ATOL})"
+            reason = _float_mismatch(want, got)
+            if reason is not None:
+                return f"output {index}: {reason}"
         elif not np.array_equal(got, want):
             return f"output {index}: values differ ({_preview(got)} vs expected {_preview(want)})"
+    return None
+
+
+def _float_mismatch(want: np.ndarray, got: np.ndarray) -> str | None:
+    want, got = want.astype(np.float64), got.astype(np.float64)
+    if not np.array_equal(np.isnan(want), np.isnan(got)):
+        return "NaN where expected has none, or the other way round"
+    finite = np.isfinite(want)
+    if not np.array_equal(want[~finite], got[~finite]):
+        return "infinity differs"
+    if not finite.any():
+        return None
+    difference = float(np.max(np.abs(got[finite] - want[finite]), initial=0.0))
+    scale = float(np.max(np.abs(want[finite])))
+    tolerance = FLOAT_ATOL + FLOAT_RTOL * scale
+    if not difference <= tolerance:  # also catches NaN in `got` where `want` is finite
+        return (
+            f"max abs difference {difference:.3g} > {tolerance:.2g} "
+            f"(atol {FLOAT_ATOL} + rtol {FLOAT_RTOL} x max |expected| {scale:.3g})"
+        )
     return None
 
 
@@ -941,8 +965,9 @@ def render_markdown(report: Report) -> str:
             f"{settings['threads']} threads per candidate, candidates alternating round-robin in one "
             f"process. Latency: per round, each sample's median of {settings['repeat']} calls, averaged "
             "over the model's samples; the median over rounds, (min-max) in brackets. Speedup: eager's median / the candidate's. "
-            "Matches: outputs equal to eager on every sample (floats within rtol "
-            f"{settings['float_rtol']}, atol {settings['float_atol']}; ints, bools and shapes exactly). "
+            "Matches: outputs equal to eager on every sample (floats within atol "
+            f"{settings['float_atol']} + rtol {settings['float_rtol']} x the output's largest magnitude; "
+            "ints, bools and shapes exactly). "
             "Export: model to a runnable callable, compile and load included."
         ),
         "",

@@ -162,6 +162,9 @@ class Runner:
 
     def __call__(self, *inputs: Any) -> Any:
         arguments = self.check_inputs(inputs)
+        if self.host == "compiled":
+            # The VM takes a bool argument (i1) as an int.
+            arguments = [int(a) if isinstance(a, bool) else a for a in arguments]
         results = _as_tuple(self._main(*arguments))
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
         return _build(self._tree, leaves)

@@ -78,6 +78,7 @@ _LEGAL_HOST_OPS = {
     "aten::Bool.int": "!torch.bool",
     "prim::min.int": "!torch.int",
     "prim::max.int": "!torch.int",
+    "aten::Float.Scalar": "!torch.float",
     "aten::add.float": "!torch.float",
     "aten::mul.float": "!torch.float",
     "aten::sub.float": "!torch.float",
