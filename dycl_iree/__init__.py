@@ -56,7 +56,7 @@ def export(
     targets: Sequence[str] = ("llvm-cpu",),
     dynamic_shapes: Any = None,
     progress: Callable[[str], None] | None = None,
-) -> "Bundle":
+) -> Bundle:
     """Export a dynamic PyTorch model to a bundle that runs on IREE with its control flow intact.
 
     `example_inputs` are tensors and Python int/float/bool in `forward` order; `dynamic_shapes`
@@ -140,9 +140,7 @@ def export(
     files = {f"{target}.vmfb": vmfb for target, vmfb in compiled.items()}
     files[PYTHON_HOST] = python_source.encode()
     files[PROGRAM_TEXT] = program_text(program).encode()
-    target_entries = {
-        target: {"file": f"{target}.vmfb", "flags": target_flags(target)} for target in compiled
-    }
+    target_entries = {target: {"file": f"{target}.vmfb", "flags": target_flags(target)} for target in compiled}
     manifest = make_manifest(program, module_name, host, unsupported, target_entries, _weight_bytes(program))
     manifest["export_seconds"] = report.timings
     bundle = Bundle(manifest, files, program)

@@ -53,9 +53,7 @@ def capture(model: torch.nn.Module) -> CapturedModel:
                 warnings.simplefilter("ignore", FutureWarning)
                 scripted = torch.jit.script(model)
         except Exception as error:  # TorchScript raises several types (RuntimeError, NotSupportedError, ...)
-            raise CaptureError(
-                f"TorchScript could not script {name}:\n{error}\n{_SCRIPT_ADVICE}"
-            ) from error
+            raise CaptureError(f"TorchScript could not script {name}:\n{error}\n{_SCRIPT_ADVICE}") from error
     try:
         frozen = torch.jit.freeze(scripted.eval())
     except Exception as error:

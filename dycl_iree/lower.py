@@ -108,8 +108,8 @@ def _segment_graph(
             dynamic.append(None)
             env[param] = graph.call_function(torch.ops.aten.item.default, (placeholder,))
         else:
-            hint = int(type_.hint) if type_.hint is not None else 2
-            examples.append(hint if hint not in (0, 1) else 2)
+            # Ints of 0 and 1 stay dynamic under Dim.DYNAMIC (unlike tensor dims of size 0 and 1).
+            examples.append(int(type_.hint) if type_.hint is not None else 2)
             dynamic.append(Dim.DYNAMIC)
             env[param] = placeholder
 
@@ -129,9 +129,7 @@ def _segment_graph(
 
     for op in segment.nodes:
         overload = overload_of(op.target)
-        node = graph.call_function(
-            overload, tuple(convert(a) for a in op.args), {k: convert(a) for k, a in op.kwargs}
-        )
+        node = graph.call_function(overload, tuple(convert(a) for a in op.args), {k: convert(a) for k, a in op.kwargs})
         node.meta["dycl_source"] = op.source
         if op.returns == "single":
             env[op.outputs[0]] = node

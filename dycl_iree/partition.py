@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from .program import (
     Loop,
     Node,
     Program,
+    ScalarType,
     Segment,
     SegmentCall,
     TensorOp,
@@ -59,32 +61,81 @@ def partition(program: Program) -> Program:
     groups: list[_Group] = []
     body = _group_block(program.body, groups)
     reads_outside = _reads_outside_groups(body)
+    signed = [_signature(group, reads_outside) for group in groups]
+    # Segments that differ only in a constant index (`policy[0, i]` in an unrolled loop) share
+    # one function with the index as a parameter, when at least two places would use it.
+    lifted = [_lift_indices(ops, params, results) for ops, params, results in signed]
+    lifted_uses: dict[Any, int] = {}
+    for lifted_form in lifted:
+        if lifted_form is not None:
+            key = _segment_key(*lifted_form[:3])
+            lifted_uses[key] = lifted_uses.get(key, 0) + 1
     segments: dict[Any, Segment] = {}
     calls: dict[int, SegmentCall | None] = {}
-    for group in groups:
-        defined = [v for op in group.ops for v in op.outputs]
-        defined_set = set(defined)
-        params: list[Value] = []
-        for op in group.ops:
-            for value in node_inputs(op):
-                if value not in defined_set and value not in params:
-                    if isinstance(value.type, ListType):
-                        raise SpecializeError(
-                            f"{op.target} reads a run-time list ({op.source}); turn it into a tensor first"
-                        )
-                    params.append(value)
-        results = [v for v in defined if v in reads_outside]
+    for group, (ops, params, results), lifted_form in zip(groups, signed, lifted):
         if not results:
             calls[group.index] = None  # dead code
             continue
-        key = _segment_key(group.ops, params, results)
+        args: list[Any] = list(params)
+        if lifted_form is not None and lifted_uses[_segment_key(*lifted_form[:3])] > 1:
+            ops, params, results, indices = lifted_form
+            args += indices
+        key = _segment_key(ops, params, results)
         segment = segments.get(key)
         if segment is None:
-            segment = Segment(f"seg{len(segments)}", tuple(params), group.ops, tuple(results))
+            segment = Segment(f"seg{len(segments)}", tuple(params), tuple(ops), tuple(results))
             segments[key] = segment
-        calls[group.index] = SegmentCall(segment.name, tuple(params), tuple(results))
+        calls[group.index] = SegmentCall(segment.name, tuple(args), tuple(results))
     body = _replace_groups(body, calls)
     return program.replace(body=body, segments=tuple(segments.values()))
+
+
+def _signature(group: _Group, reads_outside: set[Value]) -> tuple[list[TensorOp], list[Value], list[Value]]:
+    """Liveness: a group's parameters (read from outside) and results (read outside it)."""
+    defined = [v for op in group.ops for v in op.outputs]
+    defined_set = set(defined)
+    params: list[Value] = []
+    for op in group.ops:
+        for value in node_inputs(op):
+            if value not in defined_set and value not in params:
+                if isinstance(value.type, ListType):
+                    where = f"{op.target} reads a run-time list ({op.source})"
+                    raise SpecializeError(f"{where}; turn it into a tensor first")
+                params.append(value)
+    return list(group.ops), params, [v for v in defined if v in reads_outside]
+
+
+# Ops whose int argument at this position may become a run-time parameter without changing any
+# result shape: `aten::select.int(self, dim, index)`.
+_LIFTABLE_INDEX = {"aten::select.int": 2}
+
+
+def _lift_indices(
+    ops: list[TensorOp], params: list[Value], results: list[Value]
+) -> tuple[list[TensorOp], list[Value], list[Value], list[Constant]] | None:
+    lifted_ops: list[TensorOp] = []
+    new_params: list[Value] = []
+    constants: list[Constant] = []
+    next_id = -1 - max((v.id for v in params), default=0)
+    for op in ops:
+        position = _LIFTABLE_INDEX.get(op.target)
+        if position is None or not _is_index_constant(op.args[position]):
+            lifted_ops.append(op)
+            continue
+        constant = op.args[position]
+        # Negative ids never clash with the Program's own values.
+        index = Value(next_id - len(new_params), ScalarType("int", constant.value), "index")
+        new_params.append(index)
+        constants.append(constant)
+        args = op.args[:position] + (index,) + op.args[position + 1 :]
+        lifted_ops.append(dataclasses.replace(op, args=args))
+    if not new_params:
+        return None
+    return lifted_ops, params + new_params, results, constants
+
+
+def _is_index_constant(arg: Any) -> bool:
+    return isinstance(arg, Constant) and type(arg.value) is int and arg.value >= 0
 
 
 def _group_block(block: Block, groups: list[_Group]) -> Block:
@@ -190,7 +241,7 @@ def _replace_groups(block: Block, calls: dict[int, SegmentCall | None]) -> Block
     return Block(block.params, tuple(nodes), block.results)
 
 
-def _segment_key(ops: tuple[TensorOp, ...], params: list[Value], results: list[Value]) -> Any:
+def _segment_key(ops: list[TensorOp] | tuple[TensorOp, ...], params: list[Value], results: list[Value]) -> Any:
     """Structural identity: same ops on the same constants (weights by identity) and signature."""
     local: dict[Value, str] = {v: f"p{i}" for i, v in enumerate(params)}
     for op in ops:

@@ -22,8 +22,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import Any
 
 # Scalar kinds a host value can have. Floats travel into segments as 0-d float32 tensors,
 # bools and ints as `!torch.int` (see lower.py for why).
@@ -76,7 +77,7 @@ class ListType:
     hint: tuple = field(default=(), compare=False)
 
 
-Type = Union[TensorType, ScalarType, ListType]
+Type = TensorType | ScalarType | ListType
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,10 @@ class Constant:
 class ListArg:
     """A fixed-length list built from values and constants (a shape, the tensors of a `cat`)."""
 
-    items: tuple["Arg", ...]
+    items: tuple[Arg, ...]
 
 
-Arg = Union[Value, Constant, ListArg]
+Arg = Value | Constant | ListArg
 
 
 @dataclass(frozen=True)
@@ -141,17 +142,21 @@ class HostOp:
 
 @dataclass(frozen=True)
 class SegmentCall:
-    """A call of the straight-line sub-network `segment`."""
+    """A call of the straight-line sub-network `segment`.
+
+    `args` are Values, or int Constants where the segment takes an index as a parameter so that
+    several places can share it (see partition.py).
+    """
 
     segment: str
-    args: tuple[Value, ...]
+    args: tuple[Arg, ...]
     outputs: tuple[Value, ...]
 
 
 @dataclass(frozen=True)
 class Block:
     params: tuple[Value, ...]
-    nodes: tuple["Node", ...]
+    nodes: tuple[Node, ...]
     results: tuple[Arg, ...]
 
 
@@ -183,7 +188,7 @@ class Loop:
     source: str
 
 
-Node = Union[TensorOp, HostOp, SegmentCall, If, Loop]
+Node = TensorOp | HostOp | SegmentCall | If | Loop
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ class Program:
                 return segment
         raise KeyError(name)
 
-    def replace(self, **changes: Any) -> "Program":
+    def replace(self, **changes: Any) -> Program:
         return dataclasses.replace(self, **changes)
 
 
@@ -406,7 +411,7 @@ def _format_node_head(node: Node) -> str:
         text = f"{prefix}{node.target}({', '.join(format_arg(a) for a in node.args)})"
         return text + (f"    # {node.source}" if node.source else "")
     if isinstance(node, SegmentCall):
-        return f"{prefix}call {node.segment}({', '.join(format_value(a) for a in node.args)})"
+        return f"{prefix}call {node.segment}({', '.join(format_arg(a) for a in node.args)})"
     raise TypeError(node)
 
 

@@ -69,7 +69,7 @@ class ReferenceInterpreter(Walker):
         segment = self.segments[node.segment]
         inner = ReferenceInterpreter(self.program)
         block = Block(segment.params, segment.nodes, segment.results)
-        return inner.run_block(block, [self.env[a] for a in node.args])
+        return inner.run_block(block, [self.read(a) for a in node.args])
 
     def if_(self, node: If) -> list:
         taken = bool(self.env[node.condition])

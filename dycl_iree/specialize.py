@@ -449,8 +449,6 @@ class _Specializer:
         initial_leaves, structure = _flatten(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
         types = [_type_of(leaf, source) for leaf in initial_leaves]
-        types = [_generalize(t) for t in types]
-        ts_params = list(body.inputs())
         for _attempt in range(6):
             index = self.new_value(ScalarType("int", 0), "i")
             params = [self.new_value(t, "c") for t in types]
@@ -465,9 +463,7 @@ class _Specializer:
             result_leaves, result_structure = _flatten(results[1:])
             if result_structure != structure:
                 raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
-            new_types = [
-                _join(t, _type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)
-            ]
+            new_types = [_join(t, _type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
             if new_types == types:
                 break
             types = new_types
@@ -600,8 +596,11 @@ class _Specializer:
         if _mutates_first_argument(schema):
             functional = _functional_overload(overload)
             if functional is None:
-                raise UnsupportedOpError(str(schema.name) + "." + overload._overloadname, source,
-                                         detail="in-place op without a functional variant")
+                raise UnsupportedOpError(
+                    str(schema.name) + "." + overload._overloadname,
+                    source,
+                    detail="in-place op without a functional variant",
+                )
             mutated_input = node.inputsAt(0)
             if isinstance(entries[0], Value) and entries[0] in self.views:
                 raise SpecializeError(
@@ -625,8 +624,10 @@ class _Specializer:
         shapes_b: list | None = None
         if any(_is_dynamic(v) for v in values_in):
             try:
-                meta_b = overload(*_convert(args, lambda a: self.meta(a, perturb=True)),
-                                  **dict(_convert_kwargs(kwargs, lambda a: self.meta(a, perturb=True))))
+                meta_b = overload(
+                    *_convert(args, lambda a: self.meta(a, perturb=True)),
+                    **dict(_convert_kwargs(kwargs, lambda a: self.meta(a, perturb=True))),
+                )
                 shapes_b = [tuple(t.shape) for t in _result_tensors(meta_b, returns)]
             except Exception:
                 shapes_b = [tuple(None for _ in t.shape) for t in results_a]
@@ -684,7 +685,7 @@ class _Specializer:
 
 
 def overload_of(target: str) -> Any:
-    """"aten::linear.default" -> torch.ops.aten.linear.default."""
+    """ "aten::linear.default" -> torch.ops.aten.linear.default."""
     namespace, _, rest = target.partition("::")
     name, _, overload_name = rest.partition(".")
     return getattr(getattr(getattr(torch.ops, namespace), name), overload_name or "default")
@@ -742,7 +743,7 @@ _SOURCE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def source_of(node: torch._C.Node) -> str:
-    """"file.py:12" of the TorchScript node, or "" when TorchScript kept no source."""
+    """ "file.py:12" of the TorchScript node, or "" when TorchScript kept no source."""
     try:
         text = node.sourceRange()
     except Exception:
@@ -1007,10 +1008,6 @@ def _type_of(entry: Any, source: str) -> Type | None:
     raise SpecializeError(f"a {type(entry).__name__} cannot cross data-dependent control flow ({source})")
 
 
-def _generalize(type_: Type | None) -> Type | None:
-    return type_
-
-
 def _join(a: Type | None, b: Type | None, source: str) -> Type | None:
     """The least type that holds both (dims that differ become dynamic)."""
     if a is None:
@@ -1021,9 +1018,7 @@ def _join(a: Type | None, b: Type | None, source: str) -> Type | None:
         if a.dtype != b.dtype:
             raise SpecializeError(f"a tensor is {a.dtype} on one path and {b.dtype} on another ({source})")
         if a.rank != b.rank:
-            raise SpecializeError(
-                f"a tensor has rank {a.rank} on one path and {b.rank} on another ({source})"
-            )
+            raise SpecializeError(f"a tensor has rank {a.rank} on one path and {b.rank} on another ({source})")
         shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
         hint = tuple(h if s is not None else max(h, g, 2) for h, g, s in zip(a.hint, b.hint, shape))
         return TensorType(a.dtype, shape, hint)
@@ -1070,9 +1065,7 @@ def _unflatten(structure: Any, leaves: list) -> list:
 # Entry point
 
 
-def input_types(
-    captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None
-) -> list[Type]:
+def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type]:
     """Types of the graph inputs, from the example inputs and the dims declared dynamic."""
     ts_inputs = list(captured.graph.inputs())[1:]
     if len(example_inputs) != len(ts_inputs):
@@ -1102,7 +1095,9 @@ def input_types(
                 "Python int, float or bool"
             )
         if isinstance(example, (bool, int, float)) and declared not in ("int", "float", "bool"):
-            raise SpecializeError(f"input {name!r} is declared {declared} but the example is a {type(example).__name__}")
+            raise SpecializeError(
+                f"input {name!r} is declared {declared} but the example is a {type(example).__name__}"
+            )
     return types
 
 
@@ -1113,7 +1108,9 @@ def _dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]
     if isinstance(dynamic_shapes, dict):
         unknown = set(dynamic_shapes) - set(captured.input_names)
         if unknown:
-            raise SpecializeError(f"dynamic_shapes names unknown inputs {sorted(unknown)}; inputs are {list(captured.input_names)}")
+            raise SpecializeError(
+                f"dynamic_shapes names unknown inputs {sorted(unknown)}; inputs are {list(captured.input_names)}"
+            )
         per_input = [dynamic_shapes.get(name) for name in captured.input_names]
     else:
         per_input = list(dynamic_shapes)
@@ -1155,7 +1152,10 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     output_tree = tree(structure[0])
     for leaf in leaves:
         if isinstance(leaf, Constant) and not isinstance(leaf.value, (bool, int, float, torch.Tensor)):
-            raise SpecializeError(f"{captured.name} returns a {type(leaf.value).__name__}: outputs must be tensors, scalars or tuples of them")
+            raise SpecializeError(
+                f"{captured.name} returns a {type(leaf.value).__name__}: "
+                "outputs must be tensors, scalars or tuples of them"
+            )
     body = Block(params, tuple(spec.nodes), tuple(leaves))
     return Program(captured.input_names, body, output_tree, (), captured.name)
 

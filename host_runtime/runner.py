@@ -106,7 +106,9 @@ def _ignore(label: str, count: int) -> None:
 class Runner:
     """A loaded bundle: call it with the model's inputs."""
 
-    def __init__(self, path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False
+    ) -> None:
         import iree.runtime as ireert
 
         self.path, self.manifest = read_manifest(path)
@@ -185,13 +187,12 @@ class Runner:
                 if str(array.dtype) != spec["dtype"] and not (spec["dtype"] == "bool" and array.dtype == np.bool_):
                     raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
                 shape = spec["shape"]
+                expected = f"shape {_shape_text(shape)}, got shape {list(array.shape)}"
                 if array.ndim != len(shape):
-                    raise InputError(f"{where} must have rank {len(shape)} (shape {_shape_text(shape)}), got shape {list(array.shape)}")
+                    raise InputError(f"{where} must have rank {len(shape)} ({expected})")
                 for dim, (want, have) in enumerate(zip(shape, array.shape)):
                     if want is not None and want != have:
-                        raise InputError(
-                            f"{where} must have size {want} in dim {dim} (shape {_shape_text(shape)}), got shape {list(array.shape)}"
-                        )
+                        raise InputError(f"{where} must have size {want} in dim {dim} ({expected})")
                 arguments.append(np.ascontiguousarray(array))
             elif kind == "bool":
                 if not isinstance(value, (bool, np.bool_)):

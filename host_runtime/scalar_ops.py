@@ -73,7 +73,7 @@ SCALAR_OPS: dict[str, ScalarOp] = {
 
 
 def op_key(target: str) -> str:
-    """"aten::add.int" -> "aten::add" (the table is keyed without overloads)."""
+    """ "aten::add.int" -> "aten::add" (the table is keyed without overloads)."""
     namespace, _, name = target.partition("::")
     return namespace + "::" + name.split(".")[0]
 

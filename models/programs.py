@@ -10,7 +10,7 @@ factory returning `(model, example_inputs)` or `(model, example_inputs, dynamic_
 
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import Callable
 
 import torch
 from torch import nn
@@ -87,7 +87,7 @@ class GatedBlock(nn.Module):
         self.gate = nn.Linear(width, 1)
         self.body = nn.Sequential(nn.Linear(width, width), nn.ReLU())
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
         if torch.sigmoid(self.gate(x)).mean() > 0.5:
             return x + self.body(x), 1
         return x, 0
@@ -193,7 +193,7 @@ class GreedyDecoder(nn.Module):
         self.cap = cap
 
     def forward(self, h: torch.Tensor, start: int) -> torch.Tensor:
-        tokens: List[int] = []
+        tokens: list[int] = []
         token = start
         while len(tokens) < self.cap:
             step = self.embed(torch.tensor([token]))
@@ -343,20 +343,33 @@ def _shifted(seed: int, shape: tuple, shifts: list[float], scale: float = 1.0) -
     return [_randn(*shape, seed=seed + i, scale=scale) + shift for i, shift in enumerate(shifts)]
 
 
-SAMPLES: dict[str, Callable[[], List[Inputs]]] = {
+SAMPLES: dict[str, Callable[[], list[Inputs]]] = {
     "early_exit": lambda: [(x,) for x in _shifted(10, (1, 8), [-3.0, 0.0, 3.0, 6.0, -6.0])],
-    "nested_if": lambda: [(x,) for x in _shifted(20, (1, 6), [2.0, 0.3, -0.3, -2.0], scale=0.2)]
-    + [(torch.tensor([[0.1, 0.1, 0.1, 0.1, 0.1, 3.0]]),), (torch.tensor([[-0.1, -0.1, -0.1, -0.1, -0.1, -3.0]]),)],
+    "nested_if": lambda: (
+        [(x,) for x in _shifted(20, (1, 6), [2.0, 0.3, -0.3, -2.0], scale=0.2)]
+        + [(torch.tensor([[0.1, 0.1, 0.1, 0.1, 0.1, 3.0]]),), (torch.tensor([[-0.1, -0.1, -0.1, -0.1, -0.1, -3.0]]),)]
+    ),
     "argmax_switch": lambda: [(x,) for x in _shifted(30, (1, 6), [0.0] * 12, scale=3.0)],
     "gated_residual": lambda: [(x,) for x in _shifted(40, (1, 8), [0.0] * 8, scale=3.0)],
     "policy_blocks": lambda: [(x,) for x in _shifted(50, (1, 8), [0.0] * 6, scale=3.0)],
     "for_range": lambda: [(_randn(1, 5, seed=60), n) for n in (0, 1, 4)],
-    "for_break": lambda: [(_randn(1, 5, seed=70 + i, scale=s), n) for i, (s, n) in enumerate([(0.1, 3), (3.0, 6), (0.1, 0), (0.5, 8)])],
-    "while_cap": lambda: [(_randn(1, 5, seed=80, scale=s), cap) for s, cap in [(0.01, 5), (1.0, 20), (8.0, 3), (1.0, 0)]],
+    "for_break": lambda: [
+        (_randn(1, 5, seed=70 + i, scale=s), n) for i, (s, n) in enumerate([(0.1, 3), (3.0, 6), (0.1, 0), (0.5, 8)])
+    ],
+    "while_cap": lambda: [
+        (_randn(1, 5, seed=80, scale=s), cap) for s, cap in [(0.01, 5), (1.0, 20), (8.0, 3), (1.0, 0)]
+    ],
     "growing_sequence": lambda: [(_randn(1, 4, seed=90), n) for n in (0, 1, 5)],
     "greedy_decoder": lambda: [(_randn(1, 8, seed=100 + i, scale=2.0), start) for i, start in enumerate(range(7))],
     "recurrent_cells": lambda: [(_randn(2, 4, seed=110), _randn(2, 6, seed=111), _randn(2, 6, seed=112))],
-    "scalar_inputs": lambda: [(_randn(2, 3, seed=120), 4, 2.0, True), (_randn(2, 3, seed=121), -2, 0.25, False), (_randn(2, 3, seed=122) + 1.0, 0, -1.5, True)],
+    "scalar_inputs": lambda: [
+        (_randn(2, 3, seed=120), 4, 2.0, True),
+        (_randn(2, 3, seed=121), -2, 0.25, False),
+        (_randn(2, 3, seed=122) + 1.0, 0, -1.5, True),
+    ],
     "inplace_branch": lambda: [(x,) for x in _shifted(130, (2, 3), [1.0, -1.0])],
-    "dynamic_batch": lambda: [(x,) for x in _shifted(140, (4, 8), [0.0, 2.0, -2.0])] + [(_randn(1, 8, seed=145) + 2.0,), (_randn(7, 8, seed=146) - 2.0,)],
+    "dynamic_batch": lambda: (
+        [(x,) for x in _shifted(140, (4, 8), [0.0, 2.0, -2.0])]
+        + [(_randn(1, 8, seed=145) + 2.0,), (_randn(7, 8, seed=146) - 2.0,)]
+    ),
 }

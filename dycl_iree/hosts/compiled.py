@@ -198,8 +198,7 @@ class _Emitter:
         target = result if count == 1 else f"{result}:{count}"
         results_text = results[0] if count == 1 else f"({', '.join(results)})"
         self.emit(
-            f"{target} = func.call @{node.segment}({', '.join(operands)}) : "
-            f"({', '.join(params)}) -> {results_text}"
+            f"{target} = func.call @{node.segment}({', '.join(operands)}) : ({', '.join(params)}) -> {results_text}"
         )
         for position, (value, type_text) in enumerate(zip(node.outputs, results)):
             self.define(value, result if count == 1 else f"{result}#{position}", type_text)
@@ -283,7 +282,9 @@ class _Emitter:
         if not (isinstance(node.condition, Constant) and node.condition.value is True):
             condition, _ = self.operand(node.condition, "!torch.bool")
             both = self.fresh()
-            self.emit(f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool")
+            self.emit(
+                f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool"
+            )
             start = both
         # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
         bit, kept, guarded = self.fresh(), self.fresh(), self.fresh()
@@ -323,8 +324,7 @@ class _Emitter:
             self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
             go = both
         self.emit(
-            f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : "
-            f"{', '.join(carried_types)})"
+            f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : {', '.join(carried_types)})"
         )
         self.names, self.types = saved
         self.depth -= 1
@@ -370,6 +370,4 @@ def _result_type(arg: Arg) -> str:
 def uses_lists(program: Program) -> bool:
     from ..program import iter_nodes
 
-    return any(
-        isinstance(v.type, ListType) for node in iter_nodes(program.body) for v in node.outputs
-    )
+    return any(isinstance(v.type, ListType) for node in iter_nodes(program.body) for v in node.outputs)

@@ -21,7 +21,6 @@ from host_runtime import scalar_ops
 from ..program import (
     Arg,
     Block,
-    Constant,
     HostOp,
     If,
     ListArg,
@@ -92,9 +91,10 @@ class _Writer:
         args = []
         for arg in node.args:
             text = self.expr(arg)
-            if isinstance(arg.type, ScalarType) and arg.type.kind == "float":
+            kind = arg.type.kind if isinstance(arg, Value) and isinstance(arg.type, ScalarType) else None
+            if kind == "float":
                 text = f"float_arg({text})"  # floats enter segments as 0-d float32 tensors
-            elif isinstance(arg.type, ScalarType) and arg.type.kind == "bool":
+            elif kind == "bool":
                 text = f"int({text})"
             args.append(text)
         self.emit(f"{self.targets(node.outputs)} = {node.segment}({', '.join(args)})")

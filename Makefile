@@ -1,0 +1,38 @@
+# Everything a newcomer needs: `make demo` and `make test` set up .venv on first use.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast zoo bench lint clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) (torch==2.13.0 ships CPU wheels for Python 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) -m dycl_iree demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+zoo: setup
+	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py
+
+bench: setup
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m dycl_iree bench --out bench-out
+
+lint: setup
+	$(PY) -m ruff check dycl_iree host_runtime models tests
+
+clean:
+	rm -rf $(VENV) bench-out .pytest_cache
