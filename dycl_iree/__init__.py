@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import io
 import re
 import time
 from dataclasses import dataclass, field
@@ -71,7 +70,7 @@ def export(
     from .capture import capture
     from .compile import compile_module, target_flags
     from .hosts import CompiledHostUnsupported, synthesize_compiled, synthesize_python
-    from .lower import lower
+    from .lower import explain_compile_error, lower
     from .partition import partition
     from .specialize import specialize
 
@@ -129,13 +128,16 @@ def export(
         compiled = compile_all()
     except CompileError as error:
         if main_text is None:
-            raise
+            raise explain_compile_error(program, targets[0], error) from error
         # If the segments compile without `main`, only the compiled host is at fault: fall back
         # to the Python host and say why in the manifest.
         _remove_main(lowered)
         main_text = None
         unsupported = "iree-compile rejected the compiled host: " + _first_error_line(str(error))
-        compiled = compile_all()
+        try:
+            compiled = compile_all()
+        except CompileError as segment_error:
+            raise explain_compile_error(program, targets[0], segment_error) from segment_error
     host = "compiled" if main_text is not None else "python"
     files = {f"{target}.vmfb": vmfb for target, vmfb in compiled.items()}
     files[PYTHON_HOST] = python_source.encode()
@@ -156,9 +158,9 @@ def _first_error_line(text: str) -> str:
 
 
 def _bytecode(module: Any) -> bytes:
-    buffer = io.BytesIO()
-    module.operation.write_bytecode(buffer)
-    return buffer.getvalue()
+    from .lower import _bytecode as module_bytecode
+
+    return module_bytecode(module)
 
 
 def _name_module(lowered: Any, name: str) -> None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import operator
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -44,8 +45,10 @@ class LoweredModule:
     signatures: dict[str, tuple[list[str], list[str]]]
 
 
-def lower(program: Program, progress: Callable[[str], None] | None = None) -> LoweredModule:
-    """Import every segment of `program` into one MLIR module (one `func.func` per segment)."""
+def lower(
+    program: Program, progress: Callable[[str], None] | None = None, only: Sequence[str] | None = None
+) -> LoweredModule:
+    """Import every segment of `program` (or those named in `only`) into one MLIR module."""
     from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_dialect
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
@@ -57,6 +60,8 @@ def lower(program: Program, progress: Callable[[str], None] | None = None) -> Lo
     decompositions = get_decomposition_table()
     constants: dict[int, tuple[str, torch.Tensor]] = {}
     for segment in program.segments:
+        if only is not None and segment.name not in only:
+            continue
         if progress is not None:
             progress(segment.name)
         graph_module, examples, dynamic = _segment_graph(segment, constants)
@@ -147,6 +152,32 @@ def _example_tensor(type_: TensorType) -> torch.Tensor:
     return torch.zeros(type_.hint, dtype=dtype)
 
 
+def explain_compile_error(program: Program, target: str, error: Exception) -> Exception:
+    """Find the segment (and, where the message names it, the op) that iree-compile rejects.
+
+    iree-compile reports errors at `<unknown>` locations for imported FX graphs, so compile the
+    segments one by one until one fails. This runs only after a failure.
+    """
+    from .compile import compile_module
+    from .errors import CompileError
+
+    for segment in program.segments:
+        lowered = lower(program, only=[segment.name])
+        try:
+            compile_module(_bytecode(lowered.module), target)
+        except CompileError as segment_error:
+            return _explain(segment, segment_error)
+    return error
+
+
+def _bytecode(module: Any) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
 def _explain(segment: Segment, error: Exception) -> UnsupportedOpError:
     """Name the op (and its source line) that the error is about, as well as we can tell."""
     text = str(error)
@@ -159,7 +190,10 @@ def _explain(segment: Segment, error: Exception) -> UnsupportedOpError:
 
 
 def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    for line in lines:
+        if "error:" in line:
+            return line[:400]
     return lines[0][:400] if lines else ""
 
 

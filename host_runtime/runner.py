@@ -67,17 +67,19 @@ class HostServices:
         call.__name__ = name
         return call
 
+    # `.item()`: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d ones
+    # (numpy 2 refuses int() of a shape-(1,) array).
     @staticmethod
     def to_bool(array: Any) -> bool:
-        return bool(array.to_host())
+        return bool(array.to_host().item())
 
     @staticmethod
     def to_int(array: Any) -> int:
-        return int(array.to_host())
+        return int(array.to_host().item())
 
     @staticmethod
     def to_float(array: Any) -> float:
-        return float(array.to_host())
+        return float(array.to_host().item())
 
     @staticmethod
     def to_array(items: Any, dtype: str) -> np.ndarray:

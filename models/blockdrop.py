@@ -1,0 +1,215 @@
+"""BlockDrop: a policy network decides, per input, which residual blocks of a ResNet-110 run.
+
+Follows "BlockDrop: Dynamic Inference Paths in Residual Networks", Zuxuan Wu, Tushar Nagarajan,
+Abhishek Kumar, Steven Rennie, Larry S. Davis, Kristen Grauman, Rogerio Feris, CVPR 2018. A small
+policy network looks at the image once and outputs, through a sigmoid, one keep probability per
+residual block of a pretrained ResNet; at test time a block is kept when its probability exceeds
+0.5. All 54 decisions are made up front, then the ResNet runs the kept blocks.
+
+A dropped block computes its shortcut alone, as in the paper's ResNet formulation where a block's
+output is `shortcut(x) + F(x)` and dropping removes `F(x)`: for the 51 blocks whose input and
+output shapes agree the shortcut is the identity, and for the first block of stages 2 and 3 (stride
+2, doubled channels) it is the block's 1x1-conv projection, so even those two blocks can be dropped
+and every one of the 54 policy outputs is a real decision. (The alternative, always running the
+downsampling blocks, would leave 52 decisions; we follow the formula.)
+
+Scaled down: ResNet-110 (3 stages x 18 basic blocks) with widths 8/16/32 instead of 16/32/64; the
+policy network (the paper uses a ResNet-8 on a downsampled image) is three conv-BN-ReLU layers on
+the image average-pooled to 16x16, global pooling and a linear layer to 54 logits. Batch 1,
+3x32x32, 10 classes, random seeded weights (no training).
+
+Calibration (stands in for training): BatchNorm statistics are fitted on random images
+(`fit_batch_norms`); the policy's linear layer gets a zero bias so the keep probabilities are
+centred on 0.5 and the image decides; the 6 shipped SAMPLES were chosen offline by
+`models/calibrate.py` to flip as many decisions as possible (each keeps 24-29 of the 54 blocks;
+32 blocks are kept by some samples and dropped by others), with every probability at least 1e-3
+away from 0.5.
+
+The forward returns `(logits, kept)`: kept is the float32 0./1. keep mask of shape (54,).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NUM_CLASSES = 10
+
+
+def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
+    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
+
+    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
+    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
+    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
+    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
+    how strongly an input drives the network.
+
+    >>> random_image(0).shape
+    torch.Size([1, 3, 32, 32])
+    """
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.randn(1, 3, 4, 4, generator=generator)
+    fine = torch.randn(1, 3, 32, 32, generator=generator)
+    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
+    return (blobs + 0.5 * fine) * scale + shift
+
+
+def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
+    """Set BatchNorm running statistics from one batch of random images, then random affines.
+
+    Without this a random deep network's features stop depending on the input (see
+    shallow_deep.fit_batch_norms; repeated per file so each model file loads on its own by path).
+    `run` must execute every BatchNorm with no data-dependent decision.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
+        with torch.no_grad():
+            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
+            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
+    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
+    model.train()
+    with torch.no_grad():
+        run(batch)
+    for norm in norms:
+        norm.momentum = 0.1
+    model.eval()
+
+
+def conv_bn_relu(in_channels: int, out_channels: int, stride: int = 1) -> nn.Sequential:
+    """3x3 conv (no bias) -> BatchNorm -> ReLU."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()
+    )
+
+
+class BasicBlock(nn.Module):
+    """CIFAR ResNet basic block; `skip` is what a dropped block computes (its shortcut alone)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut: nn.Module = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
+        else:
+            self.shortcut = nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+    def skip(self, x: Tensor) -> Tensor:
+        return self.shortcut(x)
+
+
+class PolicyNetwork(nn.Module):
+    """Keep probabilities for every block from a downsampled view of the image."""
+
+    def __init__(self, num_blocks: int, width: int = 8) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            conv_bn_relu(3, width), conv_bn_relu(width, 2 * width, 2), conv_bn_relu(2 * width, 2 * width, 2)
+        )
+        self.linear = nn.Linear(2 * width, num_blocks)
+        with torch.no_grad():
+            self.linear.bias.zero_()  # centre the policy: keep or drop decided by the image alone
+
+    def forward(self, image: Tensor) -> Tensor:
+        features = self.features(F.avg_pool2d(image, 2))
+        return torch.sigmoid(self.linear(torch.flatten(F.adaptive_avg_pool2d(features, 1), 1)))
+
+
+class BlockDropResNet(nn.Module):
+    """CIFAR ResNet (3 stages x n blocks) whose blocks are kept or dropped by a policy network."""
+
+    def __init__(self, blocks_per_stage: int, width: int) -> None:
+        super().__init__()
+        self.stem = conv_bn_relu(3, width)
+        blocks: list[nn.Module] = []
+        in_channels = width
+        for stage in range(3):
+            out_channels = width * 2**stage
+            for block in range(blocks_per_stage):
+                stride = 2 if stage > 0 and block == 0 else 1
+                blocks.append(BasicBlock(in_channels, out_channels, stride))
+                in_channels = out_channels
+        self.blocks = nn.ModuleList(blocks)
+        self.policy = PolicyNetwork(len(blocks))
+        self.classifier = nn.Linear(in_channels, NUM_CLASSES)
+
+    def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:
+        # One decision per block, all made before the ResNet runs (the paper's single policy pass).
+        policy = (self.policy(image) > 0.5).to(torch.float32)
+        x = self.stem(image)
+        for index, block in enumerate(self.blocks):
+            if policy[0, index] > 0.5:
+                x = block(x)
+            else:
+                x = block.skip(x)
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)), policy[0]
+
+    @torch.jit.unused
+    def run_all_blocks(self, image: Tensor) -> Tensor:
+        """Policy and every block, no decisions, for a batch (used to fit BatchNorm statistics)."""
+        self.policy(image)
+        x = self.stem(image)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def build_blockdrop(depth: int = 110, width: int = 8, seed: int = 0) -> BlockDropResNet:
+    """A BlockDrop ResNet of `depth` = 6n+2 (110: 54 blocks) in eval mode.
+
+    >>> logits, kept = build_blockdrop()(random_image(0))
+    >>> kept.shape
+    torch.Size([54])
+    """
+    if (depth - 2) % 6 != 0:
+        raise ValueError(f"CIFAR ResNet depth must be 6n+2, got {depth}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BlockDropResNet((depth - 2) // 6, width)
+    fit_batch_norms(model, model.run_all_blocks, seed + 1)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibrated zoo entry (values found by models/calibrate.py; see the module docstring)
+# ---------------------------------------------------------------------------------------------
+
+# (seed, scale, shift) per random_image, chosen so many blocks are both kept and dropped across
+# the samples; printed by `python -m models.calibrate`.
+SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
+    "blockdrop_resnet110": [(0, 2.0, 0.0), (25, 0.5, 0.0), (8, 2.0, 0.0), (10, 2.0, 0.0), (12, 2.0, 0.0), (3, 0.5, 0.0)]
+}
+
+
+def blockdrop_resnet110() -> tuple[nn.Module, tuple]:
+    """BlockDrop on ResNet-110 (54 gated blocks); example input: its first sample."""
+    return build_blockdrop(110), (random_image(*SAMPLE_SPECS["blockdrop_resnet110"][0]),)
+
+
+MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"blockdrop_resnet110": blockdrop_resnet110}
+
+
+def _samples(name: str) -> Callable[[], list[tuple]]:
+    def build() -> list[tuple]:
+        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
+
+    return build
+
+
+SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}

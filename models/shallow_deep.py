@@ -1,0 +1,492 @@
+"""Shallow-Deep Networks: early exit through internal classifiers, on four CIFAR backbones.
+
+Follows "Shallow-Deep Networks: Understanding and Mitigating Network Overthinking",
+Yigitcan Kaya, Sanghyun Hong, Tudor Dumitras, ICML 2019. An SDN attaches internal classifiers (ICs)
+after roughly 15%, 30%, 45%, 60%, 75% and 90% of a backbone's depth. Each IC reduces the feature
+map to at most 4x4 with the paper's mixed max-average pooling (a learned mix weight), then applies
+one linear layer. At inference the network returns the first IC whose top softmax probability
+exceeds a threshold q; if none does, the backbone runs to its own final classifier.
+
+What is scaled down (so every model has well under 1M parameters and exports fast), batch 1,
+3x32x32 input, 10 classes, random seeded weights (no training):
+- ResNet-56 (He et al. 2016, CIFAR form: 3 stages x 9 basic blocks): widths 8/16/32 instead of
+  16/32/64; downsampling blocks use a 1x1-conv projection shortcut.
+- VGG-16-BN (Simonyan & Zisserman 2015, CIFAR form: 13 conv+BN layers, 5 max pools, 3 FC layers):
+  widths divided by 8 (8, 16, 32, 64, 64) and FC layers of 64 instead of 512.
+- MobileNet v1 (Howard et al. 2017: a 3x3 conv then 13 depthwise-separable blocks): widths
+  divided by 4 (8 ... 256); stride-2 blocks placed for a 32x32 input (32 -> 16 -> 8 -> 4 -> 2).
+- WideResNet-32-4 (Zagoruyko & Komodakis 2016, pre-activation wide blocks): depth 32 is not of
+  the usual 6n+4 form, so, counting the final linear layer as a layer (6n+2), it has 5 blocks per
+  stage; widening factor k=4 is kept but applied to base widths 4/8/16 instead of 16/32/64, so the
+  stages have 16/32/64 channels instead of 64/128/256. Dropout is omitted (a no-op in eval mode).
+
+Calibration (none of it is in the paper; it stands in for training):
+- BatchNorm statistics are fitted on one batch of random images (`fit_batch_norms`), so deep
+  features still depend on the input, as in a trained network;
+- q = 0.8 for every backbone, and each IC's initial linear weights are multiplied by a logit scale
+  chosen offline by `models/calibrate.py` so that about 30% of the inputs reaching an IC leave there;
+- the shipped SAMPLES (one per exit, 7 in all) were picked by the same script; every confidence
+  they produce is at least 1e-3 away from q, so a compiled copy cannot flip an exit by rounding.
+
+The forward returns `(logits, exit_index)`: exit_index i < number of ICs means IC i answered;
+exit_index == number of ICs means the final classifier did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NUM_CLASSES = 10
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
+    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
+
+    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
+    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
+    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
+    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
+    how strongly an input drives the network.
+
+    >>> random_image(0).shape
+    torch.Size([1, 3, 32, 32])
+    """
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.randn(1, 3, 4, 4, generator=generator)
+    fine = torch.randn(1, 3, 32, 32, generator=generator)
+    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
+    return (blobs + 0.5 * fine) * scale + shift
+
+
+def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
+    """Give every BatchNorm the running statistics a trained network would have, then random affines.
+
+    With PyTorch's default initialisation and identity BatchNorms, the signal of a random deep
+    network shrinks layer after layer until deep features no longer depend on the input, and every
+    deep decision (exit, gate) would be constant. Running one batch of random images through the
+    backbone in train mode sets each BatchNorm's mean/var to its batch's statistics, so features
+    stay normalised and input-dependent at every depth. Random affine parameters then keep all four
+    `batch_norm` operands non-trivial for the exporter's tests. `run` must execute every BatchNorm
+    without any data-dependent decision (a batch cannot take one path).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
+        with torch.no_grad():
+            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
+            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
+    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
+    model.train()
+    with torch.no_grad():
+        run(batch)
+    for norm in norms:
+        norm.momentum = 0.1
+    model.eval()
+
+
+def conv_bn_relu(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
+    """3x3 conv (no bias) -> BatchNorm -> ReLU, the unit every backbone here is made of."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, stride, 1, groups=groups, bias=False),
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(),
+    )
+
+
+class BasicBlock(nn.Module):
+    """CIFAR ResNet basic block (two 3x3 convs); a 1x1-conv projection shortcut when the shape changes."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut: nn.Module = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
+        else:
+            self.shortcut = nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class WideBlock(nn.Module):
+    """Pre-activation wide residual block (BN-ReLU-conv twice), as in WideResNet."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_channels)
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut: nn.Module = nn.Conv2d(in_channels, out_channels, 1, stride, bias=False)
+        else:
+            self.shortcut = nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.conv1(F.relu(self.bn1(x)))
+        out = self.conv2(F.relu(self.bn2(out)))
+        return out + self.shortcut(x)
+
+
+class DepthwiseSeparable(nn.Module):
+    """MobileNet v1 unit: 3x3 depthwise conv-BN-ReLU, then 1x1 pointwise conv-BN-ReLU."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.depthwise = conv_bn_relu(in_channels, in_channels, stride, groups=in_channels)
+        self.pointwise = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.pointwise(self.depthwise(x))
+
+
+class InternalClassifier(nn.Module):
+    """SDN's internal classifier: mixed max-average pooling down to at most 4x4, then a linear layer.
+
+    The paper mixes the two poolings with a learned weight alpha:
+    `alpha * maxpool(x) + (1 - alpha) * avgpool(x)`. `logit_scale` multiplies the linear layer's
+    initial weights; it is part of this zoo's calibration (see the module docstring), not the paper.
+    """
+
+    def __init__(self, channels: int, spatial: int, logit_scale: float) -> None:
+        super().__init__()
+        self.kernel = max(spatial // 4, 1)
+        reduced = spatial // self.kernel
+        self.mix = nn.Parameter(torch.zeros(1))
+        self.linear = nn.Linear(channels * reduced * reduced, NUM_CLASSES)
+        with torch.no_grad():
+            self.linear.weight.mul_(logit_scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        alpha = torch.sigmoid(self.mix)
+        pooled = alpha * F.max_pool2d(x, self.kernel) + (1 - alpha) * F.avg_pool2d(x, self.kernel)
+        return self.linear(torch.flatten(pooled, 1))
+
+
+class ShallowDeepNetwork(nn.Module):
+    """A backbone cut into stages, an internal classifier after each stage, and the backbone's rest.
+
+    `stages[i]` followed by `heads[i]` is IC i; `tail` and `classifier` finish the original
+    backbone. The loop over the two ModuleLists is unrolled by TorchScript, so the scripted graph is
+    a chain of nested `prim::If`s, one per IC, each on `max(softmax(logits)) > threshold`.
+    """
+
+    def __init__(
+        self,
+        stages: list[nn.Module],
+        heads: list[nn.Module],
+        tail: nn.Module,
+        classifier: nn.Module,
+        threshold: float,
+    ) -> None:
+        super().__init__()
+        if len(stages) != len(heads):
+            raise ValueError(f"{len(stages)} stages but {len(heads)} internal classifiers")
+        self.stages = nn.ModuleList(stages)
+        self.heads = nn.ModuleList(heads)
+        self.tail = tail
+        self.classifier = classifier
+        self.threshold = threshold
+        self.num_heads = len(heads)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, int]:
+        for index, (stage, head) in enumerate(zip(self.stages, self.heads)):
+            x = stage(x)
+            logits = head(x)
+            if torch.softmax(logits, dim=1).max() > self.threshold:
+                return logits, index
+        return self.classifier(self.tail(x)), self.num_heads
+
+    @torch.jit.unused
+    def run_backbone(self, x: Tensor) -> Tensor:
+        """The whole backbone without exits, for a batch (used to fit BatchNorm statistics)."""
+        for stage in self.stages:
+            x = stage(x)
+        return self.classifier(self.tail(x))
+
+
+def _split(layers: list[nn.Module], exit_after: list[int]) -> tuple[list[nn.Module], nn.Module]:
+    """Cut `layers` into one nn.Sequential per IC (ending after layer `exit_after[i]`) plus the tail."""
+    stages: list[nn.Module] = []
+    start = 0
+    for end in exit_after:
+        stages.append(nn.Sequential(*layers[start : end + 1]))
+        start = end + 1
+    return stages, nn.Sequential(*layers[start:])
+
+
+def _exit_positions(num_layers: int, fractions: tuple[float, ...]) -> list[int]:
+    """Index of the layer after which each IC sits: the paper's fractions of the backbone's depth."""
+    return [max(round(fraction * num_layers) - 1, 0) for fraction in fractions]
+
+
+PAPER_FRACTIONS = (0.15, 0.30, 0.45, 0.60, 0.75, 0.90)
+
+
+def _assemble(
+    layers: list[nn.Module],
+    shapes: list[tuple[int, int]],
+    classifier: nn.Module,
+    threshold: float,
+    logit_scales: tuple[float, ...],
+    seed: int,
+) -> ShallowDeepNetwork:
+    """Place ICs at the paper's depth fractions; `shapes[i]` is (channels, spatial) after layer i."""
+    if len(logit_scales) != len(PAPER_FRACTIONS):
+        raise ValueError(f"expected {len(PAPER_FRACTIONS)} IC logit scales, got {len(logit_scales)}")
+    exit_after = _exit_positions(len(layers), PAPER_FRACTIONS)
+    heads: list[nn.Module] = [
+        InternalClassifier(shapes[position][0], shapes[position][1], scale)
+        for position, scale in zip(exit_after, logit_scales)
+    ]
+    stages, tail = _split(layers, exit_after)
+    model = ShallowDeepNetwork(stages, heads, tail, classifier, threshold)
+    fit_batch_norms(model, model.run_backbone, seed + 1)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Backbones
+# ---------------------------------------------------------------------------------------------
+
+
+def build_resnet56(
+    width: int = 8, threshold: float = 0.5, logit_scales: tuple[float, ...] = (1.0,) * 6, seed: int = 0
+) -> ShallowDeepNetwork:
+    """SDN on a CIFAR ResNet-56 (stem conv + 27 basic blocks in 3 stages + linear), widths w/2w/4w.
+
+    >>> model = build_resnet56()
+    >>> logits, exit_index = model(random_image(0))
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layers: list[nn.Module] = [conv_bn_relu(3, width)]
+        shapes = [(width, 32)]
+        in_channels, spatial = width, 32
+        for stage in range(3):
+            out_channels = width * 2**stage
+            for block in range(9):
+                stride = 2 if stage > 0 and block == 0 else 1
+                spatial //= stride
+                layers.append(BasicBlock(in_channels, out_channels, stride))
+                shapes.append((out_channels, spatial))
+                in_channels = out_channels
+        classifier = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, NUM_CLASSES))
+        return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
+
+
+def build_vgg16_bn(
+    width: int = 8, threshold: float = 0.5, logit_scales: tuple[float, ...] = (1.0,) * 6, seed: int = 0
+) -> ShallowDeepNetwork:
+    """SDN on VGG-16-BN: 13 conv-BN-ReLU layers (max pool closing each of 5 groups) + 3 FC layers.
+
+    A layer here is one conv (with its pool when it closes a group), so ICs sit after
+    convolutions like in the paper. Widths are w, 2w, 4w, 8w, 8w per group.
+
+    >>> logits, exit_index = build_vgg16_bn()(random_image(0))
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        groups = [(width, 2), (2 * width, 2), (4 * width, 3), (8 * width, 3), (8 * width, 3)]
+        layers: list[nn.Module] = []
+        shapes: list[tuple[int, int]] = []
+        in_channels, spatial = 3, 32
+        for out_channels, count in groups:
+            for index in range(count):
+                unit: list[nn.Module] = list(conv_bn_relu(in_channels, out_channels))
+                if index == count - 1:
+                    unit.append(nn.MaxPool2d(2))
+                    spatial //= 2
+                layers.append(nn.Sequential(*unit))
+                shapes.append((out_channels, spatial))
+                in_channels = out_channels
+        hidden = 8 * width
+        classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_channels * spatial * spatial, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, NUM_CLASSES),
+        )
+        return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
+
+
+def build_mobilenet(
+    width: int = 8, threshold: float = 0.5, logit_scales: tuple[float, ...] = (1.0,) * 6, seed: int = 0
+) -> ShallowDeepNetwork:
+    """SDN on MobileNet v1: a 3x3 conv then 13 depthwise-separable blocks, average pool, linear.
+
+    Channels follow the paper's 32, 64, 128, 128, 256, 256, 512 x 6, 1024, 1024 pattern scaled
+    by width/32.
+
+    >>> logits, exit_index = build_mobilenet()(random_image(0))
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        # (output channels as multiples of `width`, stride) for the 13 separable blocks.
+        plan = [(2, 1), (4, 2), (4, 1), (8, 2), (8, 1), (16, 2)] + [(16, 1)] * 5 + [(32, 2), (32, 1)]
+        layers: list[nn.Module] = [conv_bn_relu(3, width)]
+        shapes = [(width, 32)]
+        in_channels, spatial = width, 32
+        for multiple, stride in plan:
+            out_channels = multiple * width
+            spatial //= stride
+            layers.append(DepthwiseSeparable(in_channels, out_channels, stride))
+            shapes.append((out_channels, spatial))
+            in_channels = out_channels
+        classifier = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, NUM_CLASSES))
+        return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
+
+
+def build_wide_resnet32_4(
+    base_width: int = 4,
+    widen_factor: int = 4,
+    threshold: float = 0.5,
+    logit_scales: tuple[float, ...] = (1.0,) * 6,
+    seed: int = 0,
+) -> ShallowDeepNetwork:
+    """SDN on WideResNet-32-4: stem conv, 3 stages x 5 pre-activation wide blocks, BN-ReLU-pool-linear.
+
+    Stage widths are base_width * widen_factor * (1, 2, 4); the paper's base_width is 16.
+
+    >>> logits, exit_index = build_wide_resnet32_4()(random_image(0))
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        stem_channels = 4 * base_width
+        layers: list[nn.Module] = [nn.Conv2d(3, stem_channels, 3, 1, 1, bias=False)]
+        shapes = [(stem_channels, 32)]
+        in_channels, spatial = stem_channels, 32
+        for stage in range(3):
+            out_channels = base_width * widen_factor * 2**stage
+            for block in range(5):
+                stride = 2 if stage > 0 and block == 0 else 1
+                spatial //= stride
+                layers.append(WideBlock(in_channels, out_channels, stride))
+                shapes.append((out_channels, spatial))
+                in_channels = out_channels
+        classifier = nn.Sequential(
+            nn.BatchNorm2d(in_channels),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(in_channels, NUM_CLASSES),
+        )
+        return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibrated zoo entries (values found by models/calibrate.py; see the module docstring)
+# ---------------------------------------------------------------------------------------------
+
+THRESHOLD = 0.8
+
+# Per-IC logit scales and the samples, (seed, scale, shift) per random_image, one per exit in exit
+# order (IC 0 .. IC 5, then the final classifier). Printed by `python -m models.calibrate`.
+LOGIT_SCALES: dict[str, tuple[float, ...]] = {
+    "sdn_resnet56": (2.8, 2.8, 8.0, 4.0, 8.0, 5.6),
+    "sdn_vgg16_bn": (4.0, 8.0, 11.0, 22.0, 2.8, 11.0),
+    "sdn_mobilenet": (4.0, 5.6, 11.0, 11.0, 8.0, 8.0),
+    "sdn_wide_resnet32_4": (8.0, 11.0, 16.0, 16.0, 22.0, 11.0),
+}
+SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
+    "sdn_resnet56": [
+        (28, 2.0, 0.0),
+        (19, 2.0, 0.0),
+        (9, 0.5, 0.0),
+        (11, 0.5, 0.0),
+        (11, 1.0, 0.0),
+        (25, 0.5, 0.0),
+        (17, 0.5, 0.0),
+    ],
+    "sdn_vgg16_bn": [
+        (22, 2.0, 0.0),
+        (39, 1.0, 0.0),
+        (33, 1.0, 0.0),
+        (31, 1.0, 0.0),
+        (20, 1.0, 0.0),
+        (21, 1.0, 0.0),
+        (24, 0.5, 0.0),
+    ],
+    "sdn_mobilenet": [
+        (9, 2.0, 0.0),
+        (15, 1.0, 0.0),
+        (36, 2.0, 0.0),
+        (18, 1.0, 0.0),
+        (3, 0.5, 0.0),
+        (0, 0.5, 0.0),
+        (13, 0.5, 0.0),
+    ],
+    "sdn_wide_resnet32_4": [
+        (37, 2.0, 0.0),
+        (30, 2.0, 0.0),
+        (18, 2.0, 0.0),
+        (8, 0.5, 0.0),
+        (39, 1.0, 0.0),
+        (18, 0.5, 0.0),
+        (34, 0.5, 0.0),
+    ],
+}
+
+
+def sdn_resnet56() -> tuple[nn.Module, tuple]:
+    """SDN ResNet-56 with its calibrated threshold and IC scales; example input: its first sample."""
+    model = build_resnet56(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_resnet56"])
+    return model, (random_image(*SAMPLE_SPECS["sdn_resnet56"][0]),)
+
+
+def sdn_vgg16_bn() -> tuple[nn.Module, tuple]:
+    """SDN VGG-16-BN with its calibrated threshold and IC scales; example input: its first sample."""
+    model = build_vgg16_bn(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_vgg16_bn"])
+    return model, (random_image(*SAMPLE_SPECS["sdn_vgg16_bn"][0]),)
+
+
+def sdn_mobilenet() -> tuple[nn.Module, tuple]:
+    """SDN MobileNet v1 with its calibrated threshold and IC scales; example input: its first sample."""
+    model = build_mobilenet(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_mobilenet"])
+    return model, (random_image(*SAMPLE_SPECS["sdn_mobilenet"][0]),)
+
+
+def sdn_wide_resnet32_4() -> tuple[nn.Module, tuple]:
+    """SDN WideResNet-32-4 with its calibrated threshold and IC scales; example input: its first sample."""
+    model = build_wide_resnet32_4(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_wide_resnet32_4"])
+    return model, (random_image(*SAMPLE_SPECS["sdn_wide_resnet32_4"][0]),)
+
+
+MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
+    "sdn_resnet56": sdn_resnet56,
+    "sdn_vgg16_bn": sdn_vgg16_bn,
+    "sdn_mobilenet": sdn_mobilenet,
+    "sdn_wide_resnet32_4": sdn_wide_resnet32_4,
+}
+
+
+def _samples(name: str) -> Callable[[], list[tuple]]:
+    def build() -> list[tuple]:
+        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
+
+    return build
+
+
+SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}

@@ -1,0 +1,99 @@
+"""Shared fixtures: every program is exported once per test session and shared by the tests."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import dycl_iree
+from models import programs
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+@dataclass
+class Exported:
+    name: str
+    model: torch.nn.Module
+    example_inputs: tuple
+    dynamic_shapes: Any
+    bundle: Any
+    path: Path
+
+    def samples(self) -> list[tuple]:
+        return list(programs.SAMPLES[self.name]())
+
+    def reference(self, *inputs: Any) -> Any:
+        """What the scripted model returns: the correctness contract is stated against it."""
+        with torch.no_grad():
+            return scripted(self.model)(*inputs)
+
+
+_SCRIPTED: dict[int, Any] = {}
+
+
+def scripted(model: torch.nn.Module) -> Any:
+    if id(model) not in _SCRIPTED:
+        _SCRIPTED[id(model)] = torch.jit.script(model)
+    return _SCRIPTED[id(model)]
+
+
+def make(name: str) -> tuple[torch.nn.Module, tuple, Any]:
+    made = programs.MODELS[name]()
+    return made[0], made[1], made[2] if len(made) > 2 else None
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory):
+    """exported(name) -> Exported; each program is exported at most once per session."""
+    folder = tmp_path_factory.mktemp("bundles")
+    cache: dict[str, Exported] = {}
+
+    def get(name: str) -> Exported:
+        if name not in cache:
+            model, example_inputs, dynamic_shapes = make(name)
+            bundle = dycl_iree.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
+            path = bundle.save(folder / f"{name}.dycl")
+            cache[name] = Exported(name, model, example_inputs, dynamic_shapes, bundle, path)
+        return cache[name]
+
+    return get
+
+
+def flatten(outputs: Any) -> list:
+    if isinstance(outputs, (tuple, list)):
+        return [leaf for item in outputs for leaf in flatten(item)]
+    return [outputs]
+
+
+def assert_matches(actual: Any, expected: Any, context: str = "") -> None:
+    """The correctness contract: floats within 1e-5 relative, ints, bools and shapes exactly."""
+    actual_leaves, expected_leaves = flatten(actual), flatten(expected)
+    assert len(actual_leaves) == len(expected_leaves), f"{context}: output structure differs"
+    for index, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
+        where = f"{context} output {index}"
+        if isinstance(want, torch.Tensor):
+            want = want.detach().numpy()
+            got = np.asarray(got)
+            assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
+            assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=where)
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=where)
+        elif isinstance(want, bool):
+            assert isinstance(got, bool) and got == want, f"{where}: {got!r} != {want!r}"
+        elif isinstance(want, int):
+            assert isinstance(got, int) and not isinstance(got, bool) and got == want, f"{where}: {got!r} != {want!r}"
+        elif isinstance(want, float):
+            assert isinstance(got, float), f"{where}: {got!r} is not a float"
+            assert abs(got - want) <= 1e-5 * abs(want) + 1e-6, f"{where}: {got!r} != {want!r}"
+        else:
+            raise AssertionError(f"{where}: unexpected reference output {want!r}")

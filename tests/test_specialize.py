@@ -1,0 +1,99 @@
+"""Specialize: what the example types decide folds away; only data-dependent control flow stays."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dycl_iree.capture import capture
+from dycl_iree.errors import SpecializeError
+from dycl_iree.program import HostOp, If, Loop, TensorType, iter_nodes
+from dycl_iree.specialize import specialize
+from models import programs
+
+from .conftest import make
+
+
+def _specialized(name: str):
+    model, example_inputs, dynamic_shapes = make(name)
+    return specialize(capture(model), example_inputs, dynamic_shapes)
+
+
+def test_recurrent_cells_rank_checks_fold_away() -> None:
+    """nn.GRUCell / nn.LSTMCell script to rank checks guarding raises: none may survive."""
+    scripted_graph = str(torch.jit.freeze(torch.jit.script(make("recurrent_cells")[0])).graph)
+    assert scripted_graph.count("prim::If") >= 4 and "prim::RaiseException" in scripted_graph
+    program = _specialized("recurrent_cells")
+    nodes = list(iter_nodes(program.body))
+    assert not [n for n in nodes if isinstance(n, (If, Loop))]
+    assert not [n for n in nodes if isinstance(n, HostOp)], "every host-side check must fold"
+
+
+def test_decoder_keeps_only_the_data_dependent_branch() -> None:
+    program = _specialized("greedy_decoder")
+    nodes = list(iter_nodes(program.body))
+    branches = [n for n in nodes if isinstance(n, If)]
+    assert len(branches) == 1  # `if token == self.end_token: break`; GRUCell's checks are gone
+    assert not [n for n in nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
+    assert len([n for n in nodes if isinstance(n, Loop)]) == 1
+
+
+def test_declared_dynamic_dims_stay_dynamic() -> None:
+    program = _specialized("dynamic_batch")
+    (x,) = program.inputs
+    assert x.type == TensorType("float32", (None, 8))
+    assert program.body.results[0].type.shape == (None,)
+
+
+def test_a_tensor_that_grows_in_a_loop_gets_a_dynamic_dim() -> None:
+    program = _specialized("growing_sequence")
+    (loop,) = [n for n in iter_nodes(program.body) if isinstance(n, Loop)]
+    assert loop.outputs[0].type.shape == (None, 4)
+
+
+def test_wrong_number_of_example_inputs_names_the_inputs() -> None:
+    model, _, _ = make("for_range")
+    with pytest.raises(SpecializeError, match=r"takes 2 inputs \(x, n\) but 1"):
+        specialize(capture(model), (torch.randn(1, 5),))
+
+
+def test_example_of_the_wrong_kind_is_named() -> None:
+    model, _, _ = make("for_range")
+    with pytest.raises(SpecializeError, match="input 'n' is declared int but the example is a tensor"):
+        specialize(capture(model), (torch.randn(1, 5), torch.tensor(3)))
+
+
+class _OptionalAcrossBranch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        extra: torch.Tensor | None = None
+        if x.sum() > 0:
+            extra = x * 2
+        if extra is None:
+            return x
+        return extra
+
+
+def test_optional_across_data_dependent_branch_is_a_clear_error() -> None:
+    with pytest.raises(SpecializeError, match="None on one path and set on another"):
+        specialize(capture(_OptionalAcrossBranch()), (torch.randn(3),))
+
+
+class _WriteIntoView(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        row = y[0]
+        if x.sum() > 0:
+            row.add_(1.0)
+        return y
+
+
+def test_in_place_write_into_a_view_is_refused_not_miscompiled() -> None:
+    with pytest.raises(SpecializeError, match="in-place write into a view"):
+        specialize(capture(_WriteIntoView()), (torch.randn(2, 3),))
+
+
+@pytest.mark.parametrize("name", sorted(programs.MODELS))
+def test_every_program_specializes_to_typed_inputs(name: str) -> None:
+    program = _specialized(name)
+    assert len(program.inputs) == len(make(name)[1])
