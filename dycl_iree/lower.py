@@ -118,18 +118,24 @@ def _segment_graph(
             dynamic.append(Dim.DYNAMIC)
             env[param] = placeholder
 
-    def convert(arg: Any) -> Any:
+    def convert(arg: Any, in_list: bool = False) -> Any:
         if isinstance(arg, Value):
             return env[arg]
         if isinstance(arg, ListArg):
-            return [convert(item) for item in arg.items]
+            return [convert(item, in_list=True) for item in arg.items]
         value = arg.value if isinstance(arg, Constant) else arg
         if isinstance(value, torch.Tensor):
             name, _ = constants.setdefault(id(value), (f"_const{len(constants)}", value))
             if not hasattr(root, name):
                 # The same tensor object in every segment: the importer then stores one blob.
                 setattr(root, name, value)
-            return graph.get_attr(name)
+            node = graph.get_attr(name)
+            if in_list:
+                # import_frozen_program puts frozen constants into the op's arguments as literal
+                # tensors, which it cannot import inside a list ("Heterogeneous lists are not
+                # supported"); a copy makes the list element a computed value.
+                node = graph.call_function(torch.ops.aten.clone.default, (node,))
+            return node
         return value
 
     for op in segment.nodes:

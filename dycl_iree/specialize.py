@@ -197,9 +197,10 @@ class _Specializer:
             value = self.new_value(ListType(element, tuple(_hint_of(i) for i in items)), _name(output))
             self.nodes.append(HostOp("prim::ListConstruct", items, (value,), source_of(node)))
             self.bind(output, value)
-        elif all(isinstance(i, Constant) for i in items):
+        elif all(isinstance(i, Constant) and not isinstance(i.value, torch.Tensor) for i in items):
             self.bind(output, Constant([i.value for i in items]))
         else:
+            # Lists holding tensors stay structural, so that each tensor is handled on its own.
             self.bind(output, ListArg(items))
 
     def visit_list_unpack(self, node: torch._C.Node) -> None:

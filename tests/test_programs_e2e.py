@@ -66,7 +66,8 @@ def test_both_hosts_match_pytorch_on_every_path(name: str, exported) -> None:
             exits.add(how)
     branches = [node.label for node in iter_nodes(item.bundle.program.body) if isinstance(node, If)]
     for label in branches:
-        assert set(python_host.decisions[label]) == {True, False}, f"{label} took only {dict(python_host.decisions[label])}"
+        taken = dict(python_host.decisions[label])
+        assert set(taken) == {True, False}, f"{label} took only {taken}"
     if name in LOOP_EXITS:
         assert exits == LOOP_EXITS[name]
 

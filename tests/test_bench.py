@@ -1,0 +1,216 @@
+"""The benchmark harness, run quickly on a tiny data-dependent model.
+
+One shared run (rounds=2) covers eager, TorchScript, onnxruntime and IREE-through-ONNX, plus an
+injected torch.jit.trace candidate that is fast but frozen on one path and must be reported WRONG.
+torch.compile is excluded here because inductor's first compile alone takes longer than this whole
+file should; it goes through the same code path as every other candidate. The dycl_iree candidates
+are exercised against a stand-in exporter, so these tests check the harness, not the exporter.
+The peer tests need the `bench` extra (onnx, onnxruntime, matplotlib) and skip without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dycl_iree import bench
+
+
+class Gate(torch.nn.Module):
+    """A data-dependent `if`: a linear layer for inputs with a positive sum, a subtraction else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return torch.relu(self.linear(x))
+        return x - 1
+
+
+POSITIVE = torch.linspace(0.1, 1.0, 8).reshape(1, 8)
+SAMPLES = [(POSITIVE,), (-POSITIVE,)]
+
+
+def make_gate() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Gate().eval(), (POSITIVE,)
+
+
+def _prepare_trace(context: bench.ModelContext) -> bench.Prepared:
+    # Tracing records the path the example input takes (the linear layer) and replays it for the
+    # negative sample too: the silent error the DyCL paper measured.
+    with pytest.warns(torch.jit.TracerWarning):
+        traced = torch.jit.trace(context.model, context.example_inputs)
+    return bench.Prepared(call=lambda inputs: traced(*inputs))
+
+
+TRACE = bench.Candidate("torch-jit-trace", "torch.jit.trace on the example input", _prepare_trace)
+
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[bench.Report, Path]:
+    # The peers come with the `bench` extra; without it these tests have nothing to measure.
+    for package in ("onnx", "onnxruntime", "matplotlib"):
+        pytest.importorskip(package, reason="needs the bench extra: pip install -e '.[bench]'")
+    out = tmp_path_factory.mktemp("bench")
+    entry = bench.ModelEntry("gate", make_gate, SAMPLES)
+    report = bench.benchmark(
+        [entry], out, rounds=2, warmup=1, candidates=["torchscript", "onnxruntime", "iree-onnx", TRACE]
+    )
+    return report, out
+
+
+def _by_name(report: bench.Report) -> dict[str, bench.CandidateResult]:
+    return {result.candidate: result for result in report.models[0].candidates}
+
+
+def test_report_files_exist(gate_run: tuple[bench.Report, Path]) -> None:
+    out = gate_run[1]
+    assert (out / "report.md").is_file()
+    assert (out / "speedups.png").stat().st_size > 0
+    raw = json.loads((out / "results.json").read_text())
+    assert [c["candidate"] for c in raw["models"][0]["candidates"]] == [
+        "eager",
+        "torchscript",
+        "onnxruntime",
+        "iree-onnx",
+        "torch-jit-trace",
+    ]
+    markdown = (out / "report.md").read_text()
+    assert "## gate (2 samples)" in markdown
+    assert "Geometric mean" in markdown
+
+
+def test_eager_is_the_baseline(gate_run: tuple[bench.Report, Path]) -> None:
+    eager = _by_name(gate_run[0])["eager"]
+    assert eager.speedup == 1.0
+    assert eager.matches is True
+    assert len(eager.round_ms) == 2
+
+
+def test_peers_run_and_match(gate_run: tuple[bench.Report, Path]) -> None:
+    results = _by_name(gate_run[0])
+    for name in ("torchscript", "onnxruntime", "iree-onnx"):
+        result = results[name]
+        assert result.status == "ok", (name, result.error, result.mismatch)
+        assert result.latency_ms is not None and result.latency_ms > 0
+        assert result.speedup is not None
+    assert results["onnxruntime"].size_bytes and results["iree-onnx"].size_bytes
+
+
+def test_traced_model_is_reported_wrong(gate_run: tuple[bench.Report, Path]) -> None:
+    report, out = gate_run
+    traced = _by_name(report)["torch-jit-trace"]
+    assert traced.matches is False
+    assert traced.status == "WRONG"
+    assert traced.mismatch is not None and traced.mismatch.startswith("sample 1:")
+    assert "| torch-jit-trace |" in (out / "report.md").read_text()
+    row = next(line for line in (out / "report.md").read_text().splitlines() if "| torch-jit-trace |" in line)
+    assert "WRONG" in row
+    # A wrong candidate never counts towards the geometric mean.
+    assert report.geomean["torch-jit-trace"]["models"] == 0
+
+
+def test_compare_outputs() -> None:
+    actual = [np.ones(2, np.float32), np.int64(3), np.bool_(True)]
+    assert bench.compare_outputs((torch.ones(2), 3, True), actual) is None
+    assert bench.compare_outputs(torch.ones(2), torch.ones(2) * (1 + 1e-6)) is None
+    assert "max abs difference" in str(bench.compare_outputs(torch.ones(2), torch.ones(2) * 1.01))
+    # Tolerance scales with the tensor's largest magnitude: rounding near zero is not an error.
+    assert bench.compare_outputs(torch.tensor([10.0, 0.0]), np.array([10.0, 3e-5], np.float32)) is None
+    assert "NaN" in str(bench.compare_outputs(torch.ones(1), np.array([np.nan], np.float32)))
+    assert "shape" in str(bench.compare_outputs(torch.ones(2), torch.ones(1, 2)))
+    assert "dtype" in str(bench.compare_outputs(3, np.float32(3.0)))
+    # A Python scalar has no shape: ONNX's [1] tensor for it matches, a tensor output's shape must.
+    assert bench.compare_outputs((torch.ones(2), 7), [np.ones(2), np.array([7])]) is None
+    assert "shape" in str(bench.compare_outputs(torch.tensor(7), np.array([7])))
+    assert "values differ" in str(bench.compare_outputs(3, 4))
+    assert "outputs" in str(bench.compare_outputs((torch.ones(1), 2), (np.ones(1),)))
+    assert [a.tolist() for a in bench.flatten_outputs({"a": [torch.zeros(1), (2.5, None)]})] == [[0.0], 2.5]
+
+
+def test_first_line_of_compiler_errors() -> None:
+    error = RuntimeError("Error invoking IREE compiler tool iree-compile\nDiagnostics:\nm.mlir:3:1: error: bad op\n")
+    assert bench.first_line(error) == "iree-compile error: bad op"
+    assert bench.first_line(ValueError("static: x error: y\nz")) == "ValueError: static: x error: y"
+
+
+class _StandInBundle:
+    """Enough of a dycl_iree bundle to exercise the harness: TorchScript saved into a folder."""
+
+    def __init__(self, scripted: torch.jit.ScriptModule) -> None:
+        self.scripted = scripted
+
+    def save(self, path: str) -> None:
+        Path(path).mkdir()
+        torch.jit.save(self.scripted, str(Path(path) / "model.pt"))
+
+
+def _stand_in_export(model: torch.nn.Module, example_inputs: tuple, targets: tuple[str, ...]) -> _StandInBundle:
+    assert targets == ("llvm-cpu",)
+    return _StandInBundle(torch.jit.freeze(torch.jit.script(model.eval())))
+
+
+def _stand_in_load(path: str, device: str, host: str) -> object:
+    assert device in bench.DYCL_DRIVERS and host in bench.DYCL_HOSTS
+    scripted = torch.jit.load(str(Path(path) / "model.pt"))
+    return lambda *inputs: scripted(*(torch.from_numpy(x) for x in inputs)).numpy()
+
+
+def test_dycl_candidates_are_wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = importlib.import_module("dycl_iree")
+    monkeypatch.setattr(package, "export", _stand_in_export, raising=False)
+    monkeypatch.setattr(package, "load", _stand_in_load, raising=False)
+    report = bench.benchmark([bench.ModelEntry("gate", make_gate, SAMPLES)], tmp_path, rounds=1, candidates=["dycl"])
+    results = _by_name(report)
+    assert list(results) == ["eager", *bench.CANDIDATE_GROUPS["dycl"]]
+    for name in bench.CANDIDATE_GROUPS["dycl"]:
+        assert results[name].status == "ok", results[name].error
+        assert results[name].size_bytes and results[name].size_bytes > 0
+
+
+def test_failing_exporter_is_reported_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_export(*args: object, **kwargs: object) -> None:
+        raise NotImplementedError("lowering of aten::frobnicate\nsecond line")
+
+    package = importlib.import_module("dycl_iree")
+    monkeypatch.setattr(package, "export", broken_export, raising=False)
+    monkeypatch.setattr(package, "load", _stand_in_load, raising=False)
+    report = bench.benchmark(
+        [bench.ModelEntry("gate", make_gate, SAMPLES)], tmp_path, rounds=1, candidates=["dycl-compiled-local-sync"]
+    )
+    result = _by_name(report)["dycl-compiled-local-sync"]
+    assert result.status == "failed" and not result.exported
+    assert result.error == "NotImplementedError: lowering of aten::frobnicate"
+    assert "failed: not exported: NotImplementedError" in (tmp_path / "report.md").read_text()
+
+
+def test_main_with_a_factory_file(tmp_path: Path) -> None:
+    model_file = tmp_path / "tiny.py"
+    model_file.write_text(
+        "import torch\n\n"
+        "class Double(torch.nn.Module):\n"
+        "    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:\n"
+        "        for _ in range(n):\n"
+        "            x = x * 2\n"
+        "        return x\n\n"
+        "def make():\n"
+        "    return Double(), (torch.ones(3), 2)\n"
+    )
+    out = tmp_path / "out"
+    status = bench.main(
+        ["--models", f"{model_file}:make", "--candidates", "torchscript", "--rounds", "1", "--out", str(out)]
+    )
+    assert status == 0
+    raw = json.loads((out / "results.json").read_text())
+    assert raw["models"][0]["name"] == "tiny.make"
+    assert [c["matches"] for c in raw["models"][0]["candidates"]] == [True, True]
+    assert bench.main(["--models", f"{model_file}:missing", "--out", str(out)]) == 2
+    assert bench.main(["--candidates", "nope", "--models", f"{model_file}:make", "--out", str(out)]) == 2

@@ -1,0 +1,137 @@
+"""Bundles: the manifest, hashes, and clear errors for every way a bundle can be broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dycl_iree
+from host_runtime.bundle_format import MANIFEST, VERSION
+
+
+@pytest.fixture
+def bundle_copy(exported, tmp_path: Path) -> Path:
+    source = exported("early_exit").path
+    target = tmp_path / "copy.dycl"
+    shutil.copytree(source, target)
+    return target
+
+
+def test_manifest_describes_signature_segments_host_and_files(exported) -> None:
+    item = exported("early_exit")
+    manifest = json.loads((item.path / MANIFEST).read_text())
+    assert manifest["version"] == VERSION
+    assert manifest["inputs"] == [{"name": "x", "kind": "tensor", "dtype": "float32", "shape": [1, 8]}]
+    assert manifest["outputs"]["tree"] == [0, 1]
+    assert [leaf["kind"] for leaf in manifest["outputs"]["leaves"]] == ["tensor", "int"]
+    assert manifest["host"] == "compiled" and manifest["compiled_host_unsupported"] is None
+    assert {"llvm-cpu.vmfb", "host.py", "program.txt"} <= set(manifest["files"])
+    assert len(manifest["segments"]) == len(item.bundle.program.segments)
+
+
+def _load_error(path: Path, **kwargs) -> str:
+    with pytest.raises(dycl_iree.BundleError) as caught:
+        dycl_iree.load(path, **kwargs)
+    return str(caught.value)
+
+
+def test_missing_bundle(tmp_path: Path) -> None:
+    assert "no such bundle" in _load_error(tmp_path / "nothing.dycl")
+
+
+def test_interrupted_export_has_no_manifest(bundle_copy: Path) -> None:
+    (bundle_copy / MANIFEST).unlink()
+    assert "incomplete" in _load_error(bundle_copy)
+
+
+def test_corrupt_manifest(bundle_copy: Path) -> None:
+    (bundle_copy / MANIFEST).write_text("{not json")
+    assert "corrupt manifest" in _load_error(bundle_copy)
+
+
+def test_other_format_version(bundle_copy: Path) -> None:
+    manifest = json.loads((bundle_copy / MANIFEST).read_text())
+    manifest["version"] = VERSION + 1
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
+    message = _load_error(bundle_copy)
+    assert f"version {VERSION + 1}" in message and "re-export" in message
+
+
+def test_truncated_vmfb(bundle_copy: Path) -> None:
+    vmfb = bundle_copy / "llvm-cpu.vmfb"
+    vmfb.write_bytes(vmfb.read_bytes()[:1000])
+    message = _load_error(bundle_copy)
+    assert "llvm-cpu.vmfb" in message and "truncated" in message
+
+
+def test_corrupt_vmfb_of_the_right_size(bundle_copy: Path) -> None:
+    vmfb = bundle_copy / "llvm-cpu.vmfb"
+    data = bytearray(vmfb.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    vmfb.write_bytes(bytes(data))
+    assert "do not match the manifest's hash" in _load_error(bundle_copy)
+
+
+def test_tampered_python_host_is_refused(bundle_copy: Path) -> None:
+    host = bundle_copy / "host.py"
+    host.write_text(host.read_text().replace("return main", "return None"))
+    assert "host.py" in _load_error(bundle_copy, host="python")
+
+
+def test_device_the_bundle_was_not_built_for(bundle_copy: Path) -> None:
+    message = _load_error(bundle_copy, device="cuda")
+    assert "built for llvm-cpu" in message and "cuda" in message
+
+
+def test_unknown_device(bundle_copy: Path) -> None:
+    assert "unknown device 'tpu'" in _load_error(bundle_copy, device="tpu")
+
+
+def test_save_replaces_a_bundle_but_not_other_folders(exported, tmp_path: Path) -> None:
+    bundle = exported("early_exit").bundle
+    path = bundle.save(tmp_path / "b.dycl")
+    bundle.save(path)  # replacing a bundle is fine
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "important.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        bundle.save(other)
+    assert (other / "important.txt").read_text() == "keep me"
+
+
+def test_both_drivers_run_the_same_bundle(exported) -> None:
+    item = exported("nested_if")
+    sample = item.samples()[0]
+    outputs = [dycl_iree.load(item.path, device=d)(*sample) for d in ("local-sync", "local-task")]
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6)
+
+
+def test_shared_weights_are_stored_once(tmp_path: Path) -> None:
+    """One 256x256 weight read by two segments must not be stored twice in the vmfb."""
+    import torch
+    from torch import nn
+
+    class Reuse(nn.Module):
+        def __init__(self, shared: bool) -> None:
+            super().__init__()
+            self.first = nn.Linear(256, 256)
+            self.second = self.first if shared else nn.Linear(256, 256)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.sum() > 0:
+                return torch.relu(self.first(x))
+            return torch.tanh(self.second(x))
+
+    torch.manual_seed(0)
+    sizes = {}
+    for shared in (True, False):
+        bundle = dycl_iree.export(Reuse(shared).eval(), (torch.randn(1, 256),))
+        assert len(bundle.program.segments) == 3
+        sizes[shared] = bundle.size()
+    weight = 256 * 256 * 4
+    assert sizes[False] - sizes[True] > 0.9 * weight, sizes
+    assert sizes[True] < 1.5 * weight, sizes

@@ -1,0 +1,41 @@
+"""The command line: export, inspect and run, as a user types them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dycl_iree.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_export_inspect_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bundle = tmp_path / "ff.dycl"
+    assert main(["export", str(ROOT / "models/programs.py") + ":for_break", "-o", str(bundle)]) == 0
+    assert (bundle / "manifest.json").exists() and (bundle / "example_inputs.npz").exists()
+    capsys.readouterr()
+
+    assert main(["inspect", str(bundle)]) == 0
+    text = capsys.readouterr().out
+    assert "host: compiled" in text
+    assert "segment seg0(" in text and "loop trip_count=" in text
+    assert "signature (x: float32[1,5], n: int) -> (float32[1,5], int)" in text
+
+    assert main(["run", str(bundle), "--host", "python"]) == 0
+    text = capsys.readouterr().out
+    assert "output[0]: float32[1, 5]" in text and "output[1]: " in text
+    assert "loop loop0: trip counts [" in text
+
+    assert main(["run", str(bundle)]) == 0
+    assert "compiled host" in capsys.readouterr().out
+
+
+def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["inspect", str(tmp_path / "missing.dycl")]) == 2
+    assert "no such bundle" in capsys.readouterr().err
+    assert main(["export", "models/programs.py"]) == 2
+    assert "FILE.py:FACTORY" in capsys.readouterr().err
+    assert main(["export", str(ROOT / "models/programs.py") + ":nothing_here"]) == 2
+    assert "defines no 'nothing_here'" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""Bad input gets a clear error that names the problem and where it came from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dycl_iree
+from dycl_iree.errors import CaptureError, UnsupportedOpError
+
+
+class _Unscriptable(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([row * 2 for row in x.numpy()])  # numpy() does not script
+
+
+def test_unscriptable_model_reports_torchscript_file_line_and_advice() -> None:
+    with pytest.raises(CaptureError) as caught:
+        dycl_iree.export(_Unscriptable(), (torch.randn(2, 3),))
+    message = str(caught.value)
+    assert "test_errors.py" in message and "line" in message
+    assert "numpy" in message
+    assert "TorchScript must be able to compile forward()" in message
+
+
+class _Histogram(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return torch.histc(x, bins=4)
+        return x
+
+
+def test_op_the_lowering_cannot_handle_is_named_with_source_line_and_segment() -> None:
+    with pytest.raises(UnsupportedOpError) as caught:
+        dycl_iree.export(_Histogram(), (torch.randn(4),))
+    error = caught.value
+    assert error.op == "aten::histc.default"
+    assert error.source.endswith("test_errors.py:" + str(_line_of("torch.histc")))
+    assert error.segment.startswith("seg")
+    assert "aten::histc" in str(error) and "in segment" in str(error)
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as handle:
+        for number, line in enumerate(handle, 1):
+            if text in line and "_line_of" not in line:
+                return number
+    raise AssertionError(text)
+
+
+def test_unknown_target_is_refused_before_any_work() -> None:
+    with pytest.raises(dycl_iree.DyclError, match="unknown target 'tpu'"):
+        dycl_iree.export(nn.Linear(2, 2), (torch.randn(1, 2),), targets=("tpu",))
+
+
+def test_wrong_inputs_are_refused_before_any_device_work(exported, monkeypatch) -> None:
+    item = exported("for_range")
+    run = dycl_iree.load(item.path, host="compiled")
+
+    def no_device_work(*args):
+        raise AssertionError("the device was called with bad inputs")
+
+    monkeypatch.setattr(run, "_main", no_device_work)
+    x = np.zeros((1, 5), np.float32)
+    cases = [
+        ((x,), r"takes 2 inputs \(x, n\), got 1"),
+        ((x.astype(np.float64), 3), r"input 0 \('x'\) must have dtype float32, got float64"),
+        ((x.reshape(5), 3), r"input 0 \('x'\) must have rank 2 \(shape \[1, 5\], got shape \[5\]\)"),
+        ((np.zeros((1, 6), np.float32), 3), r"must have size 5 in dim 1"),
+        ((x, 2.5), r"input 1 \('n'\) must be an int, got float"),
+        (("text", 3), r"input 0 \('x'\) must be a tensor/array, got str"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(dycl_iree.InputError, match=message):
+            run(*inputs)
+
+
+def test_dynamic_dims_accept_other_sizes_and_static_dims_do_not(exported) -> None:
+    item = exported("dynamic_batch")
+    run = dycl_iree.load(item.path, host="compiled")
+    assert run(np.ones((3, 8), np.float32)).shape == (3,)
+    with pytest.raises(dycl_iree.InputError, match="must have size 8 in dim 1"):
+        run(np.ones((3, 9), np.float32))

@@ -1,0 +1,68 @@
+"""host_runtime runs a bundle where importing torch fails (an edge device without PyTorch)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from .conftest import flatten
+
+_RUNNER = textwrap.dedent(
+    """
+    import sys
+
+    class NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch.") or name.startswith("torch_mlir"):
+                raise ImportError("torch is not installed on this device")
+            return None
+
+    sys.meta_path.insert(0, NoTorch())
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("the torch import guard does not work")
+
+    import numpy as np
+    import host_runtime
+
+    bundle, inputs_file, outputs_file, host = sys.argv[1:5]
+    data = np.load(inputs_file)
+    run = host_runtime.load(bundle, host=host)
+    out = run(data["x"], int(data["n"]))
+    np.savez(outputs_file, y=out[0], steps=np.array(out[1]))
+    assert "torch" not in sys.modules
+    print("ok", host)
+    """
+)
+
+
+def test_bundle_runs_with_numpy_and_iree_runtime_only(exported, tmp_path: Path) -> None:
+    item = exported("for_break")
+    script = tmp_path / "run_without_torch.py"
+    script.write_text(_RUNNER)
+    root = Path(__file__).resolve().parent.parent
+    for index, sample in enumerate(item.samples()):
+        x, n = sample
+        inputs = tmp_path / f"in{index}.npz"
+        np.savez(inputs, x=x.numpy(), n=np.array(n))
+        expected = flatten(item.reference(*sample))
+        for host in ("compiled", "python"):
+            outputs = tmp_path / f"out{index}{host}.npz"
+            result = subprocess.run(
+                [sys.executable, str(script), str(item.path), str(inputs), str(outputs), host],
+                capture_output=True,
+                text=True,
+                cwd=root,
+                env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+            )
+            assert result.returncode == 0, result.stderr[-2000:]
+            got = np.load(outputs)
+            np.testing.assert_allclose(got["y"], expected[0].numpy(), rtol=1e-5, atol=1e-6)
+            assert int(got["steps"]) == expected[1]
