@@ -235,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bundle", help="use this bundle instead of exporting")
     verify.add_argument("--host", choices=("compiled", "python", "both"), default="both")
     verify.add_argument("--random", type=int, default=0, help="also check N random inputs shaped like the example")
+    verify.add_argument("--baseline", choices=("trace",), help="also count the samples a torch.jit.trace gets wrong")
     verify.set_defaults(handler=_verify)
 
     demo = commands.add_parser("demo", help="export and run the built-in examples, against PyTorch")
