@@ -39,3 +39,32 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     assert "FILE.py:FACTORY" in capsys.readouterr().err
     assert main(["export", str(ROOT / "models/programs.py") + ":nothing_here"]) == 2
     assert "defines no 'nothing_here'" in capsys.readouterr().err
+
+
+def test_iree_run_module_runs_the_whole_dynamic_network(exported) -> None:
+    """The compiled host makes the vmfb self-contained: IREE's own tool runs every path."""
+    import shutil
+    import subprocess
+    import sys
+
+    tool = shutil.which("iree-run-module") or str(Path(sys.executable).parent / "iree-run-module")
+    item = exported("for_break")
+    for x, n in item.samples():
+        values = " ".join(f"{v:.9g}" for v in x.flatten().tolist())
+        result = subprocess.run(
+            [
+                tool,
+                f"--module={item.path / 'llvm-cpu.vmfb'}",
+                "--device=local-task",
+                "--function=main",
+                f"--input=1x5xf32={values}",
+                f"--input={n}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        expected_x, expected_steps = item.reference(x, n)
+        assert f"result[1]: i64={expected_steps}" in result.stdout
+        printed = result.stdout.split("1x5xf32=[")[1].split("]")[0].split()
+        assert [float(v) for v in printed] == pytest.approx(expected_x.flatten().tolist(), rel=1e-4, abs=1e-5)
