@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) (torch==2.13.0 ships CPU wheels for Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -26,9 +26,9 @@ test-fast: setup
 
 zoo: setup
 	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py
+	$(PY) benchmarks/zoo_table.py
 
 bench: setup
-	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m dycl_iree bench --out bench-out
 
 lint: setup

@@ -55,6 +55,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from .errors import DyclError
+
 T = TypeVar("T")
 
 Inputs = tuple[Any, ...]
@@ -78,18 +80,22 @@ IREE_CPU_FLAGS = (
 FLOAT_RTOL = 1e-4
 FLOAT_ATOL = 1e-5
 
-# Pause before each candidate's turn in a round; see benchmark_model.
+# Pause before each candidate's turn in a round; see _time_turn.
 SETTLE_S = 0.02
 
 DYCL_HOSTS = ("compiled", "python")
 DYCL_DRIVERS = ("local-sync", "local-task")
 
 
-class BenchError(Exception):
+class BenchError(DyclError):
     """A problem with the benchmark's own inputs (an unknown model or candidate name)."""
 
 
-class ExporterMissingError(Exception):
+class PeerError(DyclError):
+    """A peer could not take the model (the message holds the peer's own error lines)."""
+
+
+class ExporterMissingError(DyclError):
     """`dycl_iree.export` / `load` cannot be found (the exporter is not installed or not built)."""
 
 
@@ -280,16 +286,24 @@ class ModelContext:
         self.folder = folder
         self.threads = threads
         self._shared: dict[str, tuple[Any, float, BaseException | None]] = {}
+        self.reused_s = 0.0
+        """Build time of the shared artifacts the current candidate reused rather than built."""
 
     def shared(self, key: str, build: Callable[[], T]) -> tuple[T, float]:
-        """Return `(artifact, seconds it took to build)`, building it on the first request."""
+        """Return `(artifact, seconds it took to build)`, building it on the first request.
+
+        A candidate that reuses an artifact is still charged its build time (through
+        `reused_s`), so each export time is what that candidate would cost on its own.
+        """
         if key not in self._shared:
             start = time.perf_counter()
             try:
                 value, error = build(), None
-            except Exception as exc:  # noqa: BLE001 - reported per candidate, not swallowed
+            except Exception as exc:  # reported per candidate, not swallowed
                 value, error = None, exc
             self._shared[key] = (value, time.perf_counter() - start, error)
+        else:
+            self.reused_s += self._shared[key][1]
         value, seconds, error = self._shared[key]
         if error is not None:
             raise error
@@ -489,7 +503,7 @@ def _prepare_onnxruntime(context: ModelContext) -> Prepared:
     )
 
 
-class OnnxImportError(Exception):
+class OnnxImportError(PeerError):
     """torch-mlir's ONNX importer rejected the graph (its last stderr line says why)."""
 
 
@@ -539,13 +553,13 @@ def _prepare_iree_onnx(context: ModelContext) -> Prepared:
     note = ""
     try:
         vmfb_path = _onnx_to_vmfb(onnx_path)
-    except Exception as static_error:  # noqa: BLE001 - retried below, reported if that fails too
+    except Exception as static_error:  # retried below, reported if that fails too
         try:
             onnx_path, export_s = context.shared("onnx-dynamic", lambda: _export_onnx(context, dynamic_dims=True))
             start = time.perf_counter()
             vmfb_path = _onnx_to_vmfb(onnx_path)
         except Exception as dynamic_error:
-            raise RuntimeError(
+            raise PeerError(
                 f"static dims: {first_line(static_error)}; all dims dynamic: {first_line(dynamic_error)}"
             ) from dynamic_error
         note = f"static-dim graph failed ({first_line(static_error)}); ran the all-dims-dynamic export"
@@ -706,7 +720,7 @@ def benchmark_model(
         model = model.eval()
         samples = _resolve_samples(entry, tuple(example_inputs))
         expected = [_torch_call(model)(sample) for sample in samples]
-    except Exception as exc:  # noqa: BLE001 - one broken model must not stop the others
+    except Exception as exc:  # one broken model must not stop the others
         return ModelResult(entry.name, 0, [], error=first_line(exc))
     context = ModelContext(entry.name, model, tuple(example_inputs), samples, folder, threads)
     results, running = _prepare_all(context, candidates)
@@ -721,22 +735,25 @@ def benchmark_model(
     return ModelResult(entry.name, len(samples), results)
 
 
-def _prepare_all(context: ModelContext, candidates: Sequence[Candidate]) -> tuple[list[CandidateResult], list[_Running]]:
+def _prepare_all(
+    context: ModelContext, candidates: Sequence[Candidate]
+) -> tuple[list[CandidateResult], list[_Running]]:
     """Export every candidate, timing it; a failure becomes the candidate's result."""
     results: list[CandidateResult] = []
     running: list[_Running] = []
     for candidate in candidates:
         result = CandidateResult(candidate.name)
         results.append(result)
+        context.reused_s = 0.0
         start = time.perf_counter()
         try:
             prepared = candidate.prepare(context)
             converted = [prepared.convert(sample) for sample in context.samples]
-        except Exception as exc:  # noqa: BLE001 - a failing candidate is a result, not a crash
+        except Exception as exc:  # a failing candidate is a result, not a crash
             result.error = first_line(exc)
             continue
         result.exported = True
-        result.export_s = time.perf_counter() - start
+        result.export_s = time.perf_counter() - start + context.reused_s
         result.size_bytes = prepared.size_bytes
         result.note = prepared.note
         running.append(_Running(prepared, converted, result))
@@ -758,7 +775,7 @@ def _check_all(running: list[_Running], expected: list[Any], warmup: int) -> lis
                     break
             else:
                 item.result.matches = True
-        except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure
+        except Exception as exc:  # reported as the candidate's failure
             item.result.error = f"run: {first_line(exc)}"
             continue
         still_running.append(item)
@@ -800,7 +817,7 @@ def _time_turn(item: _Running, repeat: int) -> None:
                 call(sample)
                 times.append((time.perf_counter_ns() - start_ns) / 1e6)
             result.call_ms[index].append(times)
-    except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure
+    except Exception as exc:  # reported as the candidate's failure
         result.error = f"run: {first_line(exc)}"
 
 
@@ -845,6 +862,15 @@ BENCH_PACKAGES = (
 )
 
 
+def _load_average() -> str:
+    """The 1-minute load average: other work on the machine inflates and scatters latencies,
+    worst for torch's OpenMP pool, whose every parallel region waits for its slowest thread."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "unknown"
+
+
 def _environment(threads: int) -> dict[str, str]:
     """Machine and package versions, so that two reports can be told apart."""
     environment = {
@@ -852,6 +878,7 @@ def _environment(threads: int) -> dict[str, str]:
         "machine": platform.machine(),
         "cpus": str(os.cpu_count()),
         "threads": str(threads),
+        "load average at start": _load_average(),
     }
     for package in BENCH_PACKAGES:
         try:
@@ -892,6 +919,7 @@ def benchmark(
     chosen = resolve_candidates(candidates)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
+    environment = _environment(threads)
     try:
         models = [
             benchmark_model(entry, out / "artifacts" / entry.name, chosen, rounds, warmup, threads, repeat)
@@ -909,7 +937,7 @@ def benchmark(
             "float_rtol": FLOAT_RTOL,
             "float_atol": FLOAT_ATOL,
         },
-        environment=_environment(threads),
+        environment={**environment, "load average at end": _load_average()},
         models=models,
         geomean=geometric_means(models, [c.name for c in chosen]),
     )
@@ -939,7 +967,8 @@ def _size(size: int | None) -> str:
 
 def _verdict(result: CandidateResult) -> str:
     if result.status == "failed":
-        prefix = "" if result.exported else "not exported: "
+        # Preparing covers export, compile and load; a run-time failure says "run:" itself.
+        prefix = "" if result.exported else "export/load: "
         return f"failed: {prefix}{result.error}"
     if result.status == "WRONG":
         return f"**WRONG**: {result.mismatch}"
@@ -953,6 +982,19 @@ def _speedup_cell(result: CandidateResult) -> str:
     return f"{result.speedup:.2f}x" if result.speedup else "-"
 
 
+def _busy_warning(environment: dict[str, str]) -> str | None:
+    try:
+        load = float(environment.get("load average at start", "unknown"))
+    except ValueError:
+        return None
+    if load < 0.5:
+        return None
+    return (
+        f"**Warning**: the machine was already busy (load {load:.2f} on {environment.get('cpus')} CPUs) "
+        "when the benchmark started; latencies are inflated and scattered, the torch candidates most."
+    )
+
+
 def render_markdown(report: Report) -> str:
     """The report as markdown: settings, a table per model, then the geometric means."""
     settings = report.settings
@@ -964,16 +1006,20 @@ def render_markdown(report: Report) -> str:
             f"{settings['rounds']} rounds after {settings['warmup']} warmup call(s) per sample, "
             f"{settings['threads']} threads per candidate, candidates alternating round-robin in one "
             f"process. Latency: per round, each sample's median of {settings['repeat']} calls, averaged "
-            "over the model's samples; the median over rounds, (min-max) in brackets. Speedup: eager's median / the candidate's. "
+            "over the model's samples; the median over rounds, (min-max) in brackets. "
+            "Speedup: eager's median / the candidate's. "
             "Matches: outputs equal to eager on every sample (floats within atol "
             f"{settings['float_atol']} + rtol {settings['float_rtol']} x the output's largest magnitude; "
             "ints, bools and shapes exactly). "
             "Export: model to a runnable callable, compile and load included."
         ),
         "",
-        "Versions: " + ", ".join(f"{key} {value}" for key, value in environment.items()),
+        "Environment: " + ", ".join(f"{key} {value}" for key, value in environment.items()),
         "",
     ]
+    busy = _busy_warning(environment)
+    if busy:
+        lines += [busy, ""]
     for model in report.models:
         lines += [f"## {model.name} ({model.sample_count} samples)", ""]
         if model.error:
@@ -1017,6 +1063,10 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _times(speedup: float) -> str:
+    return f"{speedup:.0f}x" if speedup >= 10 else f"{speedup:.2g}x"
+
+
 def plot_speedups(report: Report, path: Path) -> None:
     """Grouped bars: one group per model, one bar per candidate, growing from eager's line at 1x.
 
@@ -1036,7 +1086,8 @@ def plot_speedups(report: Report, path: Path) -> None:
         r.speedup for m in models for r in m.candidates if r.candidate != "eager" and r.status == "ok" and r.speedup
     ]
     low, high = min([0.5, *speedups]) / 1.5, max([2.0, *speedups]) * 1.5
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.5 + 0.5 * len(names) * max(len(models), 1)), 4.8))
+    width_inches = min(22.0, max(7.0, 2.5 + 0.3 * len(names) * max(len(models), 1)))
+    figure, axes = plt.subplots(figsize=(width_inches, 4.8))
     width = 0.8 / max(len(names), 1)
     colors = plt.get_cmap("tab10")
     for index, name in enumerate(names):
@@ -1048,7 +1099,7 @@ def plot_speedups(report: Report, path: Path) -> None:
             if result is not None and result.status == "ok" and result.speedup:
                 axes.bar(x, result.speedup - 1.0, width, bottom=1.0, color=color)
                 where = "bottom" if result.speedup >= 1 else "top"
-                axes.text(x, result.speedup, f"{result.speedup:.2g}x", ha="center", va=where, fontsize=6)
+                axes.text(x, result.speedup, _times(result.speedup), ha="center", va=where, fontsize=6)
             elif result is not None:
                 label = "WRONG" if result.status == "WRONG" else "failed"
                 axes.text(x, 1.05, label, rotation=90, ha="center", va="bottom", fontsize=7, color=color)
@@ -1063,7 +1114,7 @@ def plot_speedups(report: Report, path: Path) -> None:
     axes.set_xticks(range(len(models)), [model.name for model in models], rotation=20, ha="right")
     axes.set_ylabel("speedup over PyTorch eager (log scale)")
     axes.set_title("Speedup over eager (median over rounds of the mean latency per sample)", fontsize=10)
-    axes.legend(fontsize=7, ncol=2, loc="upper left")
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never over a bar
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -1078,7 +1129,7 @@ def write_report(report: Report, out_dir: Path) -> None:
         plot_speedups(report, out_dir / "speedups.png")
         report.files["plot"] = str(out_dir / "speedups.png")
         markdown += "\n![speedup over eager](speedups.png)\n"
-    except Exception as exc:  # noqa: BLE001 - matplotlib is an optional extra
+    except Exception as exc:  # matplotlib is an optional extra
         markdown += f"\nspeedups.png not written: {first_line(exc)}\n"
     (out_dir / "report.md").write_text(markdown)
     (out_dir / "results.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
@@ -1117,7 +1168,9 @@ class MicroResult:
     error: str | None = None
 
 
-def _micro_callables(configuration: str, folder: Path, threads: int) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[torch.Tensor], Any]]:
+def _micro_callables(
+    configuration: str, folder: Path, threads: int
+) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[torch.Tensor], Any]]:
     """Return (decide, plain, convert) for `eager` or `dycl-<host>-<driver>`."""
     if configuration == "eager":
         return _torch_call(_Decide()), _torch_call(_NoDecision()), lambda x: (x,)
@@ -1159,7 +1212,7 @@ def micro_benchmark(out_dir: str | Path, calls: int = 2000, rounds: int = 5, thr
             path = folder / f"{type(model).__name__.strip('_').lower()}.dycl"
             _remove(path)
             dycl.export(model, (positive,), targets=("llvm-cpu",)).save(str(path))
-    except Exception as exc:  # noqa: BLE001 - every dycl configuration reports it
+    except Exception as exc:  # every dycl configuration reports it
         export_error = f"not exported: {first_line(exc)}"
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -1180,7 +1233,7 @@ def micro_benchmark(out_dir: str | Path, calls: int = 2000, rounds: int = 5, thr
                 )
                 result.decide_us, result.plain_us = _time_pair(decide, plain, inputs, calls, rounds)
                 result.decision_us = result.decide_us - result.plain_us
-            except Exception as exc:  # noqa: BLE001 - reported as a failed configuration
+            except Exception as exc:  # reported as a failed configuration
                 result.error = first_line(exc)
     finally:
         torch.set_num_threads(previous_threads)
@@ -1370,7 +1423,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; returns the exit status.
 
-    >>> main(["--micro", "--micro-calls", "50", "--rounds", "1", "--out", "/tmp/bench-main-doctest"])  # doctest: +ELLIPSIS
+    >>> main(["--micro", "--micro-calls", "50", "--rounds", "1", "--out", "/tmp/bench-doctest"])  # doctest: +ELLIPSIS
     # Host cost of one data-dependent decision
     ...
     0

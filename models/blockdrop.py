@@ -19,11 +19,11 @@ the image average-pooled to 16x16, global pooling and a linear layer to 54 logit
 3x32x32, 10 classes, random seeded weights (no training).
 
 Calibration (stands in for training): BatchNorm statistics are fitted on random images
-(`fit_batch_norms`); the policy's linear layer gets a zero bias so the keep probabilities are
-centred on 0.5 and the image decides; the 6 shipped SAMPLES were chosen offline by
-`models/calibrate.py` to flip as many decisions as possible (each keeps 24-29 of the 54 blocks;
-32 blocks are kept by some samples and dropped by others), with every probability at least 1e-3
-away from 0.5.
+(`fit_batch_norms`); offline, `models/calibrate.py` sets each of the policy's 54 output biases
+(POLICY_BIASES) to minus the median of that block's logit over 240 random images, so every block
+is kept for about half of them, and picks the 4 shipped SAMPLES from those images so that every
+one of the 54 blocks is kept by some sample and dropped by another (each keeps 24-28 blocks), with
+every probability at least 1e-3 away from 0.5.
 
 The forward returns `(logits, kept)`: kept is the float32 0./1. keep mask of shape (54,).
 """
@@ -124,7 +124,7 @@ class PolicyNetwork(nn.Module):
         )
         self.linear = nn.Linear(2 * width, num_blocks)
         with torch.no_grad():
-            self.linear.bias.zero_()  # centre the policy: keep or drop decided by the image alone
+            self.linear.bias.zero_()  # the calibrated POLICY_BIASES replace it (build_blockdrop)
 
     def forward(self, image: Tensor) -> Tensor:
         features = self.features(F.avg_pool2d(image, 2))
@@ -170,8 +170,13 @@ class BlockDropResNet(nn.Module):
         return x
 
 
-def build_blockdrop(depth: int = 110, width: int = 8, seed: int = 0) -> BlockDropResNet:
+def build_blockdrop(
+    depth: int = 110, width: int = 8, seed: int = 0, policy_biases: tuple[float, ...] | None = None
+) -> BlockDropResNet:
     """A BlockDrop ResNet of `depth` = 6n+2 (110: 54 blocks) in eval mode.
+
+    `policy_biases` (calibrated, one per block; zero when None) are the biases of the policy's
+    output layer: block k is kept when its logit plus `policy_biases[k]` is positive.
 
     >>> logits, kept = build_blockdrop()(random_image(0))
     >>> kept.shape
@@ -182,6 +187,11 @@ def build_blockdrop(depth: int = 110, width: int = 8, seed: int = 0) -> BlockDro
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BlockDropResNet((depth - 2) // 6, width)
+    if policy_biases is not None:
+        if len(policy_biases) != len(model.blocks):
+            raise ValueError(f"policy_biases: expected {len(model.blocks)} (one per block), got {len(policy_biases)}")
+        with torch.no_grad():
+            model.policy.linear.bias.copy_(torch.tensor(policy_biases, dtype=torch.float32))
     fit_batch_norms(model, model.run_all_blocks, seed + 1)
     return model
 
@@ -190,16 +200,30 @@ def build_blockdrop(depth: int = 110, width: int = 8, seed: int = 0) -> BlockDro
 # Calibrated zoo entry (values found by models/calibrate.py; see the module docstring)
 # ---------------------------------------------------------------------------------------------
 
-# (seed, scale, shift) per random_image, chosen so many blocks are both kept and dropped across
-# the samples; printed by `python -m models.calibrate`.
+# The policy's output biases fitted by `python -m models.calibrate` (see the module docstring):
+# each block is kept for about half of the calibration images. Two rows per stage.
+# fmt: off
+POLICY_BIASES: tuple[float, ...] = (
+    -0.0239, -0.0534, 0.1232, -0.378, -0.0467, -0.1517, 0.0014, 0.0703, 0.1652,
+    0.0146, 0.0925, 0.0723, 0.2219, 0.1369, 0.2519, -0.1882, -0.1043, 0.0747,
+    -0.2675, 0.2176, -0.2001, 0.1282, 0.0837, 0.1985, -0.0065, 0.0235, -0.0098,
+    0.0425, 0.0904, -0.045, -0.0528, 0.0124, -0.0707, -0.016, -0.0571, 0.0502,
+    0.0714, -0.1953, 0.1675, -0.2446, 0.1482, -0.1611, -0.05, 0.0775, -0.1476,
+    -0.3174, -0.0028, -0.0828, 0.3735, 0.0059, -0.1651, 0.0509, 0.2436, 0.0391,
+)
+# fmt: on
+
+# (seed, scale, shift) per random_image: together they keep and drop every block, each probability
+# at least 1e-3 away from 0.5; printed by `python -m models.calibrate`.
 SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
-    "blockdrop_resnet110": [(0, 2.0, 0.0), (25, 0.5, 0.0), (8, 2.0, 0.0), (10, 2.0, 0.0), (12, 2.0, 0.0), (3, 0.5, 0.0)]
+    "blockdrop_resnet110": [(37, 2.0, 0.0), (32, 0.5, 0.0), (74, 2.0, 0.0), (55, 2.0, 0.0)]
 }
 
 
 def blockdrop_resnet110() -> tuple[nn.Module, tuple]:
     """BlockDrop on ResNet-110 (54 gated blocks); example input: its first sample."""
-    return build_blockdrop(110), (random_image(*SAMPLE_SPECS["blockdrop_resnet110"][0]),)
+    model = build_blockdrop(110, policy_biases=POLICY_BIASES)
+    return model, (random_image(*SAMPLE_SPECS["blockdrop_resnet110"][0]),)
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"blockdrop_resnet110": blockdrop_resnet110}

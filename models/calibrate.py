@@ -7,8 +7,8 @@ that take every exit, flip gates and leave decoding loops both ways, and each de
 room to spare: a compiled copy that computes 1e-6 differently must not take another path.
 
 This module re-derives every calibrated constant hard-coded in the model files (thresholds,
-per-classifier logit scales, end-token biases, sample seeds) with deterministic searches, and
-prints them as Python literals:
+per-classifier logit scales, per-gate biases, end-token biases, sample seeds) with deterministic
+searches, and prints them as Python literals:
 
     python -m models.calibrate            # all models, about a minute on 2 cores
     python -m models.calibrate sdn_vgg16_bn transformer_translator
@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blockdrop import BlockDropResNet, build_blockdrop
@@ -219,41 +220,203 @@ def calibrate_ranet() -> dict[str, object]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Gates: samples that make as many blocks as possible change their decision
+# Gates: per-gate biases that split the candidates in half, then samples flipping every gate
 # ---------------------------------------------------------------------------------------------
 
+# Candidate images for the gated models: twice the seeds of IMAGE_CANDIDATES, because a sample
+# must keep all 18 or 54 of its gates MIN_MARGIN away from 0.5 and the recurrent gate's logits are
+# small (its read-out sees an LSTM state bounded by 1), so fewer candidates pass.
+GATE_CANDIDATES = [(seed, scale, 0.0) for seed in range(80) for scale in (0.5, 1.0, 2.0)]
 
-def select_gate_samples(model: nn.Module, specs: list, make_inputs: Callable, count: int = 6) -> list:
-    """Greedily pick `count` robust candidates so that the most blocks both run and skip across them."""
-    decisions: list[tuple[object, Tensor]] = []
-    for spec in specs:
-        (_, gates), margins = decision_margins(model, make_inputs(spec))
-        if min(margins) >= MIN_MARGIN:
-            decisions.append((spec, gates))
-    if not decisions:
-        raise RuntimeError(f"no candidate keeps every gate {MIN_MARGIN} away from 0.5")
-    chosen = [decisions[0]]
-    while len(chosen) < min(count, len(decisions)):
+# The project's verification runs every sample; no gated model may need more than this many.
+MAX_GATE_SAMPLES = 8
 
-        def varying(extra: tuple[object, Tensor]) -> int:
-            stacked = torch.stack([gates for _, gates in chosen + [extra]])
-            return int(((stacked.min(0).values == 0) & (stacked.max(0).values == 1)).sum())
+# Calibrated biases are shipped as Python literals with this many decimals. Each one is rounded
+# before the next gate is fitted, so the fit sees exactly the shipped model.
+BIAS_DECIMALS = 4
 
-        remaining = [candidate for candidate in decisions if all(candidate[0] != spec for spec, _ in chosen)]
-        chosen.append(max(remaining, key=varying))
-    return [spec for spec, _ in chosen]
+
+def _output_of(module: nn.Module, run: Callable[[], object]) -> Tensor:
+    """What `module` returned during `run()` (its last call)."""
+    recorded: list[Tensor] = []
+    handle = module.register_forward_hook(lambda _m, _i, out: recorded.append(out))
+    try:
+        run()
+    finally:
+        handle.remove()
+    return recorded[-1]
+
+
+def _centring_bias(logits: Tensor) -> float:
+    """The bias that puts the median of `logits` at zero (so half of them are positive), rounded.
+
+    torch.quantile interpolates: with an even count the median lies between two candidates, so
+    no candidate sits exactly on the decision boundary.
+    """
+    return round(-float(torch.quantile(logits.double(), 0.5)), BIAS_DECIMALS)
+
+
+def _follow_decisions(block: nn.Module, x: Tensor, run: Tensor) -> Tensor:
+    """The next block input of a batch in which row i ran the block when run[i], else skipped it."""
+    return torch.where(run[:, None, None, None], block(x), block.skip(x))
+
+
+def fit_feed_forward_gate_biases(model: SkipNetFeedForward, images: Tensor) -> tuple[float, ...]:
+    """Set each feed-forward gate's output bias to minus the median of its logit over `images`.
+
+    Gates are fitted in order, and a gate's input depends on the decisions before it, so the batch
+    walks the network as the model's forward does one image at a time: every row runs or skips
+    each block as its own (already fitted) gate decides. Each gate then runs its block for about
+    half of the images.
+
+    >>> images = torch.cat([random_image(seed) for seed in range(8)])
+    >>> len(fit_feed_forward_gate_biases(build_skipnet("ff", 38), images))
+    18
+    """
+    biases: list[float] = []
+    with torch.no_grad():
+        x = model.stem(images)
+        for block, gate in zip(model.blocks, model.gates):
+            gate.linear.bias.zero_()
+            logits = _output_of(gate.linear, lambda gate=gate, x=x: gate(x)).squeeze(1)
+            biases.append(_centring_bias(logits))
+            gate.linear.bias.fill_(biases[-1])
+            x = _follow_decisions(block, x, logits + biases[-1] > 0)
+    return tuple(biases)
+
+
+def _recurrent_gate(
+    model: SkipNetRecurrent, projection: nn.Module, pooled: Tensor, state: tuple[Tensor, Tensor]
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """One step of the shared LSTM gate on a batch, as the forward takes it: logits and next state."""
+    hidden, memory = model.cell(projection(pooled), state)
+    return model.gate_output(hidden).squeeze(1), (hidden, memory)
+
+
+def fit_recurrent_projection_biases(model: SkipNetRecurrent, images: Tensor) -> tuple[tuple[float, ...], ...]:
+    """Set each block's projection bias so the shared LSTM gate runs that block for about half of `images`.
+
+    The gate's logit depends on the whole LSTM history, and its read-out layer (shared by all
+    blocks) has a single bias, so the per-block knob is the block's own projection bias. It is
+    first set to minus the mean projected summary of the block's inputs over `images`, so the LSTM
+    sees inputs centred on zero instead of saturating its gates; then it is moved along one
+    direction until the median gate logit is zero (bisection). That direction, the LSTM's
+    cell-input weights transposed times the read-out weights, pushes the cell input along the
+    read-out, so the logit rises with it. Blocks are fitted in order, each row of the batch
+    following its own decisions (see fit_feed_forward_gate_biases).
+
+    >>> images = torch.cat([random_image(seed) for seed in range(8)])
+    >>> [len(bias) for bias in fit_recurrent_projection_biases(build_skipnet("rnn", 38), images)][:3]
+    [10, 10, 10]
+    """
+    size = model.gate_size
+    with torch.no_grad():
+        # nn.LSTMCell stacks its input weights as (input, forget, cell, output) gate rows.
+        direction = model.cell.weight_ih[2 * size : 3 * size].T @ model.gate_output.weight[0]
+        direction = direction / direction.norm()
+        x = model.stem(images)
+        state = (torch.zeros(images.shape[0], size), torch.zeros(images.shape[0], size))
+        biases: list[tuple[float, ...]] = []
+        for index, (block, projection) in enumerate(zip(model.blocks, model.projections)):
+            pooled = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+            centring = -(pooled @ projection.weight.T).mean(0)
+
+            def median_logit(shift: float, projection: nn.Module = projection, pooled: Tensor = pooled) -> float:
+                projection.bias.copy_(centring + shift * direction)
+                logits, _ = _recurrent_gate(model, projection, pooled, state)
+                return float(torch.quantile(logits, 0.5))
+
+            low, high = -16.0, 16.0
+            if median_logit(low) > 0 or median_logit(high) < 0:
+                raise RuntimeError(f"block {index}: no shift of its projection bias centres the recurrent gate")
+            for _ in range(40):
+                middle = (low + high) / 2
+                low, high = (low, middle) if median_logit(middle) > 0 else (middle, high)
+            bias = centring + (low + high) / 2 * direction
+            biases.append(tuple(round(float(value), BIAS_DECIMALS) for value in bias))
+            projection.bias.copy_(torch.tensor(biases[-1]))
+            logits, state = _recurrent_gate(model, projection, pooled, state)
+            x = _follow_decisions(block, x, logits > 0)
+    return tuple(biases)
+
+
+def fit_policy_biases(model: BlockDropResNet, images: Tensor) -> tuple[float, ...]:
+    """Set each policy output's bias to minus the median of its logit over `images`.
+
+    BlockDrop makes all its decisions from the image before any block runs, so every block's
+    logit is known from one batched policy pass and each block is kept for about half of `images`.
+
+    >>> images = torch.cat([random_image(seed) for seed in range(8)])
+    >>> len(fit_policy_biases(build_blockdrop(110), images))
+    54
+    """
+    with torch.no_grad():
+        model.policy.linear.bias.zero_()
+        logits = _output_of(model.policy.linear, lambda: model.policy(images))
+        biases = tuple(_centring_bias(column) for column in logits.T)
+        model.policy.linear.bias.copy_(torch.tensor(biases))
+    return biases
+
+
+def _cover_gates(gates: Tensor, margins: Tensor) -> list[int] | None:
+    """Rows of `gates` (candidates x gates, bool) under which every gate is both True and False.
+
+    Greedy: each pick covers the most (gate, value) pairs not yet covered, ties going to the larger
+    margin. None when MAX_GATE_SAMPLES picks do not cover every pair.
+    """
+    ran = torch.zeros(gates.shape[1], dtype=torch.bool)
+    skipped = torch.zeros_like(ran)
+    chosen: list[int] = []
+    while not (ran & skipped).all():
+        new_pairs = ((gates & ~ran) | (~gates & ~skipped)).sum(dim=1)
+        best = int(torch.argmax(torch.where(new_pairs == new_pairs.max(), margins, -1.0)))
+        if new_pairs[best] == 0 or len(chosen) == MAX_GATE_SAMPLES:
+            return None
+        chosen.append(best)
+        ran, skipped = ran | gates[best], skipped | ~gates[best]
+    return chosen
+
+
+def select_gate_samples(model: nn.Module, specs: list, make_inputs: Callable) -> list:
+    """At most MAX_GATE_SAMPLES candidates on which every gate both runs and skips, margins maximised.
+
+    Each candidate's margin is its decision closest to flipping, and it must be at least
+    MIN_MARGIN. The set is the greedy cover (see `_cover_gates`) among the candidates whose
+    margin is at least a floor, for the highest floor at which such a cover exists.
+    """
+    runs = [decision_margins(model, make_inputs(spec)) for spec in specs]
+    gates = torch.stack([gate_values.bool() for (_, gate_values), _ in runs])
+    margins = torch.tensor([min(run_margins) for _, run_margins in runs], dtype=torch.float64)
+    for floor in sorted(set(margins[margins >= MIN_MARGIN].tolist()), reverse=True):
+        allowed = (margins >= floor).nonzero().flatten()
+        chosen = _cover_gates(gates[allowed], margins[allowed])
+        if chosen is not None:
+            return [specs[int(allowed[index])] for index in chosen]
+    robust = gates[margins >= MIN_MARGIN]
+    never_run = (~robust.any(dim=0)).nonzero().flatten().tolist()
+    always_run = robust.all(dim=0).nonzero().flatten().tolist()
+    raise RuntimeError(
+        f"no {MAX_GATE_SAMPLES} robust candidates flip every gate (gates no robust candidate runs: {never_run}, "
+        f"gates every robust candidate runs: {always_run})"
+    )
 
 
 def calibrate_gates(name: str) -> dict[str, object]:
-    """Samples for a SkipNet or the BlockDrop model (no constants to fit: gates are centred on 0.5)."""
+    """Per-gate biases centred on the candidates' median logits, then samples flipping every gate."""
+    images = torch.cat([random_image(*spec) for spec in GATE_CANDIDATES])
     if name == "skipnet_ff_resnet38":
-        model: nn.Module = build_skipnet("ff", 38)
+        feed_forward = build_skipnet("ff", 38)
+        constants: dict[str, object] = {"gate_biases": fit_feed_forward_gate_biases(feed_forward, images)}
+        model: nn.Module = build_skipnet("ff", 38, **constants)
     elif name == "skipnet_rnn_resnet38":
-        model = build_skipnet("rnn", 38)
+        recurrent = build_skipnet("rnn", 38)
+        constants = {"projection_biases": fit_recurrent_projection_biases(recurrent, images)}
+        model = build_skipnet("rnn", 38, **constants)
     else:
-        model = build_blockdrop(110)
-    samples = select_gate_samples(model, IMAGE_CANDIDATES, _image_inputs)
-    return {"samples": samples}
+        blockdrop = build_blockdrop(110)
+        constants = {"policy_biases": fit_policy_biases(blockdrop, images)}
+        model = build_blockdrop(110, **constants)
+    return {**constants, "samples": select_gate_samples(model, GATE_CANDIDATES, _image_inputs)}
 
 
 # ---------------------------------------------------------------------------------------------

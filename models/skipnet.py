@@ -20,11 +20,17 @@ parameters); ResNet-110 at those widths has 1.7M, so build it with `width=8` (0.
 The feed-forward gate's conv has 8 output channels. Batch 1, 3x32x32, 10 classes, random seeded
 weights (no training); BatchNorm statistics fitted on random images (`fit_batch_norms`).
 
-Calibration: gate output layers get a zero bias so the gate logits are centred on 0, and in the
-"rnn" variant the projections' initial weights are multiplied by 10 so the image, not the LSTM's
-random biases, drives the gate; the shipped SAMPLES were chosen offline
-(see `models/calibrate.py`) so at least one block runs, one is skipped and at least one block's
-decision differs between samples, each probability at least 1e-3 away from 0.5.
+Calibration (stands in for training, done offline by `models/calibrate.py` on 240 random images):
+- "ff": each gate's output bias (GATE_BIASES) is minus the median of its logit over the images,
+  fitted block by block with every image following its own path, so each gate runs its block for
+  about half of the images;
+- "rnn": the projections' initial weights are multiplied by 10 so the image, not the LSTM's random
+  biases, drives the gate, and each block's projection bias (PROJECTION_BIASES, 10 numbers per
+  block) centres the block's summaries on zero and then shifts them until the shared gate runs the
+  block for about half of the images (the read-out layer is shared, so its one bias cannot do it).
+The shipped SAMPLES (5 for "ff", 4 for "rnn") were then chosen from the same images so that every
+one of the 18 blocks runs on some sample and is skipped on another, with every gate probability at
+least 1e-3 away from 0.5.
 
 The forward returns `(logits, gates)`: gates is a float32 tensor with one 0./1. per block
 (1. = the block ran), built with torch.cat so no Python list of tensors is involved.
@@ -118,7 +124,7 @@ class FeedForwardGate(nn.Module):
         self.conv = nn.Conv2d(channels, hidden, 3, 2, 1)
         self.linear = nn.Linear(hidden, 1)
         with torch.no_grad():
-            self.linear.bias.zero_()  # centre the gate: run or skip decided by the input alone
+            self.linear.bias.zero_()  # the calibrated GATE_BIASES replace it (build_skipnet)
 
     def forward(self, x: Tensor) -> Tensor:
         features = F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1)
@@ -193,7 +199,7 @@ class SkipNetRecurrent(nn.Module):
         self.cell = nn.LSTMCell(gate_size, gate_size)
         self.gate_output = nn.Linear(gate_size, 1)
         with torch.no_grad():
-            self.gate_output.bias.zero_()  # centre the gate: run or skip decided by the state alone
+            self.gate_output.bias.zero_()  # shared by all blocks: PROJECTION_BIASES centre each block
         self.gate_size = gate_size
         self.classifier = nn.Linear(4 * width, NUM_CLASSES)
 
@@ -223,12 +229,20 @@ class SkipNetRecurrent(nn.Module):
 
 
 def build_skipnet(
-    variant: str = "ff", depth: int = 38, width: int = 16, projection_gain: float = 10.0, seed: int = 0
+    variant: str = "ff",
+    depth: int = 38,
+    width: int = 16,
+    projection_gain: float = 10.0,
+    seed: int = 0,
+    gate_biases: tuple[float, ...] | None = None,
+    projection_biases: tuple[tuple[float, ...], ...] | None = None,
 ) -> nn.Module:
     """A SkipNet in eval mode: `variant` "ff" (a gate per block) or "rnn" (one shared LSTM gate).
 
-    `depth` is 6n+2 (38, 110, ...); `projection_gain` only matters for "rnn" (see the module
-    docstring).
+    `depth` is 6n+2 (38, 110, ...). Calibrated constants (see the module docstring), one per
+    block: for "ff", `gate_biases` are the gates' output biases (zero when None); for "rnn",
+    `projection_biases` replace the per-block projections' biases (random init when None), and
+    `projection_gain` scales the projections' weights.
 
     >>> model = build_skipnet("rnn", depth=38)
     >>> logits, gates = model(random_image(0))
@@ -243,6 +257,20 @@ def build_skipnet(
             model = SkipNetRecurrent(depth, width, projection_gain)
         else:
             raise ValueError(f"unknown SkipNet variant {variant!r}: expected 'ff' or 'rnn'")
+    if gate_biases is not None:
+        if not isinstance(model, SkipNetFeedForward) or len(gate_biases) != len(model.gates):
+            raise ValueError(f"gate_biases: expected one per block of a feed-forward SkipNet, got {len(gate_biases)}")
+        with torch.no_grad():
+            for gate, bias in zip(model.gates, gate_biases):
+                gate.linear.bias.fill_(bias)
+    if projection_biases is not None:
+        if not isinstance(model, SkipNetRecurrent) or len(projection_biases) != len(model.projections):
+            raise ValueError(
+                f"projection_biases: expected one per block of a recurrent SkipNet, got {len(projection_biases)}"
+            )
+        with torch.no_grad():
+            for projection, bias in zip(model.projections, projection_biases):
+                projection.bias.copy_(torch.tensor(bias, dtype=torch.float32))
     fit_batch_norms(model, model.run_all_blocks, seed + 1)
     return model
 
@@ -251,29 +279,54 @@ def build_skipnet(
 # Calibrated zoo entries (values found by models/calibrate.py; see the module docstring)
 # ---------------------------------------------------------------------------------------------
 
-# (seed, scale, shift) per random_image, chosen so many blocks both run and skip across the
-# samples; printed by `python -m models.calibrate`.
+# Per-block gate constants fitted by `python -m models.calibrate` (see the module docstring): each
+# gate runs its block for about half of the calibration images. Rows are the three stages.
+# fmt: off
+GATE_BIASES: tuple[float, ...] = (
+    -0.0252, -0.0191, -0.01, 0.0152, -0.0577, 0.1458,
+    -0.2165, 0.0556, -0.081, -0.1264, 0.041, 0.1038,
+    0.0398, 0.1816, 0.0628, -0.0329, -0.0821, 0.1765,
+)
+# fmt: on
+PROJECTION_BIASES: tuple[tuple[float, ...], ...] = (
+    (-1.5903, -1.6956, 4.6447, 0.5586, 2.5087, -0.1225, -1.8321, -4.4078, 1.2067, -0.4569),
+    (-2.8472, -1.9428, 0.0471, 5.3357, 0.3057, -5.7417, -1.1884, -0.7977, -4.9512, 2.9682),
+    (5.1577, 1.0217, -3.0694, 0.6765, 2.3697, 1.0872, 5.8517, 1.2518, 2.5038, 0.5048),
+    (0.5954, 0.5094, -4.232, 2.5561, -0.395, 0.8657, 6.5441, -2.0917, 3.4447, -0.1648),
+    (2.5008, -5.8673, -7.2567, 6.8705, 4.3004, -1.6868, 4.3255, 3.1842, -4.3464, -2.2953),
+    (1.3964, 5.1548, -1.6725, 2.053, -3.3844, 0.6158, -5.9074, -7.703, 3.6795, -2.3517),
+    (4.32, -4.4921, -1.8814, 7.5151, -5.1007, 5.5961, 7.8646, 2.9159, -11.9076, 7.2221),
+    (0.91, -3.79, 1.2411, 0.4288, 2.5712, -1.4697, -4.4274, 1.8822, -4.0368, 0.6945),
+    (-1.0239, 0.3315, 2.6842, 2.5591, 1.1681, -2.5659, -3.4959, 0.4465, 2.3993, 1.5945),
+    (2.1248, 0.872, -4.013, -3.0151, -2.5309, -2.8978, 1.519, -0.721, -3.0694, -2.3792),
+    (3.5759, -3.9697, 0.4514, 0.5518, 3.4817, -0.6709, -4.4387, 0.6865, 3.3596, -1.9476),
+    (-0.5974, 2.9373, 6.7386, 2.5364, -0.9271, -7.6042, -3.2532, -6.8844, -2.5112, 1.6638),
+    (-1.0264, -1.9865, -5.8077, -4.6164, -2.7554, 4.247, 1.9967, -0.4935, -1.3531, -1.4747),
+    (-2.1677, -1.7617, 1.1547, 2.9367, -2.3234, 0.6659, -2.0535, -0.5271, -0.2058, 2.836),
+    (-0.0824, -4.1365, 1.0301, -2.9372, -1.7606, 0.5536, 6.1225, 0.8019, 2.2093, -1.9128),
+    (3.5405, 2.9738, 0.4273, 3.6739, 1.2393, -2.6995, -2.1801, -0.9482, -0.2557, 2.0727),
+    (0.5392, 5.4595, -2.6663, -1.226, -5.7398, 0.7177, 3.0206, 2.139, -2.8378, 4.6897),
+    (-2.7816, -4.4526, -9.1297, 3.2547, -7.1965, 0.6122, 2.8658, -2.0641, -2.2374, -0.2406),
+)
+
+# (seed, scale, shift) per random_image: together they run and skip every block, each probability
+# at least 1e-3 away from 0.5; printed by `python -m models.calibrate`.
 SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
-    "skipnet_ff_resnet38": [(0, 0.5, 0.0), (3, 2.0, 0.0), (0, 2.0, 0.0), (0, 1.0, 0.0), (1, 0.5, 0.0), (1, 1.0, 0.0)],
-    "skipnet_rnn_resnet38": [
-        (0, 1.0, 0.0),
-        (36, 2.0, 0.0),
-        (25, 1.0, 0.0),
-        (11, 2.0, 0.0),
-        (4, 2.0, 0.0),
-        (38, 0.5, 0.0),
-    ],
+    "skipnet_ff_resnet38": [(56, 2.0, 0.0), (2, 1.0, 0.0), (18, 2.0, 0.0), (32, 2.0, 0.0), (58, 2.0, 0.0)],
+    "skipnet_rnn_resnet38": [(3, 0.5, 0.0), (34, 1.0, 0.0), (58, 2.0, 0.0), (56, 1.0, 0.0)],
 }
 
 
 def skipnet_ff_resnet38() -> tuple[nn.Module, tuple]:
     """SkipNet-FFGate on ResNet-38; example input: its first sample."""
-    return build_skipnet("ff", 38), (random_image(*SAMPLE_SPECS["skipnet_ff_resnet38"][0]),)
+    model = build_skipnet("ff", 38, gate_biases=GATE_BIASES)
+    return model, (random_image(*SAMPLE_SPECS["skipnet_ff_resnet38"][0]),)
 
 
 def skipnet_rnn_resnet38() -> tuple[nn.Module, tuple]:
     """SkipNet-RNNGate on ResNet-38; example input: its first sample."""
-    return build_skipnet("rnn", 38), (random_image(*SAMPLE_SPECS["skipnet_rnn_resnet38"][0]),)
+    model = build_skipnet("rnn", 38, projection_biases=PROJECTION_BIASES)
+    return model, (random_image(*SAMPLE_SPECS["skipnet_rnn_resnet38"][0]),)
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
