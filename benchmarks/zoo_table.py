@@ -30,9 +30,9 @@ DYCL_SEGMENTS = {"blockdrop_resnet110": 163}
 
 def main(names: list[str]) -> int:
     folder = Path(tempfile.mkdtemp(prefix="dycl-zoo-"))
-    print(
-        "| model | params | decisions | segments (DyCL) | export s | vmfb KiB / weights KiB | host | trace wrong | verified |"
-    )
+    columns = ["model", "params", "decisions", "segments (DyCL)", "export s", "vmfb KiB / weights KiB"]
+    columns += ["host", "trace wrong", "verified"]
+    print("| " + " | ".join(columns) + " |")
     print("|---|---|---|---|---|---|---|---|---|")
     ok = True
     for name in names:
