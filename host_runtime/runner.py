@@ -15,6 +15,7 @@ import numpy as np
 
 from .bundle_format import check_file, read_manifest
 from .errors import BundleError, InputError, ModelRaised
+from .invoke import Function, to_numpy, to_scalar
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -36,21 +37,15 @@ _DRIVER_TARGETS = {
 }
 
 
-def _as_tuple(result: Any) -> tuple:
-    if isinstance(result, tuple):
-        return result
-    if isinstance(result, list):
-        return tuple(result)
-    return (result,)
-
-
 class HostServices:
     """What the generated Python host calls: segments, read-backs, decision counting."""
 
     ModelRaised = ModelRaised
 
-    def __init__(self, module: Any, record: bool) -> None:
+    def __init__(self, context: Any, module: Any, segments: dict[str, int], record: bool) -> None:
+        self._context = context
         self._module = module
+        self._segments = segments
         self.record = record
         self.decisions: dict[str, dict[bool, int]] = defaultdict(lambda: defaultdict(int))
         self.trip_counts: dict[str, list[int]] = defaultdict(list)
@@ -59,27 +54,21 @@ class HostServices:
             self.trips = _ignore
 
     def segment(self, name: str) -> Callable[..., tuple]:
-        function = self._module[name]
+        """The segment function; it returns a tuple of buffers that stay on the device."""
+        return Function(self._context, self._module, name, self._segments[name])
 
-        def call(*args: Any) -> tuple:
-            return _as_tuple(function(*args))
-
-        call.__name__ = name
-        return call
-
-    # `.item()`: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d ones
-    # (numpy 2 refuses int() of a shape-(1,) array).
+    # `.item()` semantics: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d.
     @staticmethod
     def to_bool(array: Any) -> bool:
-        return bool(array.to_host().item())
+        return bool(to_scalar(array))
 
     @staticmethod
     def to_int(array: Any) -> int:
-        return int(array.to_host().item())
+        return int(to_scalar(array))
 
     @staticmethod
     def to_float(array: Any) -> float:
-        return float(array.to_host().item())
+        return float(to_scalar(array))
 
     @staticmethod
     def to_array(items: Any, dtype: str) -> np.ndarray:
@@ -142,10 +131,10 @@ class Runner:
             self._context.add_vm_module(module)
         except Exception as error:
             raise BundleError(f"{vmfb}: IREE cannot load it ({error}); it may be corrupt or for another CPU") from error
-        self._module = self._context.modules[self.manifest["module_name"]]
-        self.services = HostServices(self._module, record)
+        segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
+        self.services = HostServices(self._context, module, segments, record)
         if host == "compiled":
-            self._main = self._module["main"]
+            self._main = Function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
         else:
             source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
             namespace: dict[str, Any] = {}
@@ -153,6 +142,10 @@ class Runner:
             exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
             self._main = namespace["bind"](self.services)
         self._inputs = self.manifest["inputs"]
+        # The VM takes a bool argument of `main` (i1) as an int.
+        self._checkers = [
+            _input_checker(i, spec, bool_as_int=host == "compiled") for i, spec in enumerate(self._inputs)
+        ]
         self._leaves = self.manifest["outputs"]["leaves"]
         self._tree = self.manifest["outputs"]["tree"]
 
@@ -166,51 +159,16 @@ class Runner:
 
     def __call__(self, *inputs: Any) -> Any:
         arguments = self.check_inputs(inputs)
-        if self.host == "compiled":
-            # The VM takes a bool argument (i1) as an int.
-            arguments = [int(a) if isinstance(a, bool) else a for a in arguments]
-        results = _as_tuple(self._main(*arguments))
+        results = self._main(*arguments)
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
         return _build(self._tree, leaves)
 
     def check_inputs(self, inputs: tuple) -> list:
         """Convert and check the inputs before any device work; InputError names the bad one."""
-        if len(inputs) != len(self._inputs):
+        if len(inputs) != len(self._checkers):
             names = ", ".join(spec["name"] for spec in self._inputs)
             raise InputError(f"{self.manifest['model']} takes {len(self._inputs)} inputs ({names}), got {len(inputs)}")
-        arguments = []
-        for position, (value, spec) in enumerate(zip(inputs, self._inputs)):
-            where = f"input {position} ({spec['name']!r})"
-            kind = spec["kind"]
-            if kind == "tensor":
-                array = _to_numpy(value)
-                if array is None:
-                    raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
-                if str(array.dtype) != spec["dtype"] and not (spec["dtype"] == "bool" and array.dtype == np.bool_):
-                    raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
-                shape = spec["shape"]
-                expected = f"shape {_shape_text(shape)}, got shape {list(array.shape)}"
-                if array.ndim != len(shape):
-                    raise InputError(f"{where} must have rank {len(shape)} ({expected})")
-                for dim, (want, have) in enumerate(zip(shape, array.shape)):
-                    if want is not None and want != have:
-                        raise InputError(f"{where} must have size {want} in dim {dim} ({expected})")
-                arguments.append(np.ascontiguousarray(array))
-            elif kind == "bool":
-                if not isinstance(value, (bool, np.bool_)):
-                    raise InputError(f"{where} must be a bool, got {type(value).__name__}")
-                arguments.append(bool(value))
-            elif kind == "int":
-                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                    raise InputError(f"{where} must be an int, got {type(value).__name__}")
-                arguments.append(int(value))
-            elif kind == "float":
-                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)):
-                    raise InputError(f"{where} must be a float, got {type(value).__name__}")
-                arguments.append(float(value))
-            else:
-                raise BundleError(f"{self.path}: input kind {kind!r} is not supported by this runtime")
-        return arguments
+        return [check(value) for check, value in zip(self._checkers, inputs)]
 
     @staticmethod
     def _convert_output(value: Any, spec: dict[str, Any]) -> Any:
@@ -218,7 +176,7 @@ class Runner:
         if "constant" in spec and value is None:
             return spec["constant"]
         if kind == "tensor":
-            array = value.to_host() if hasattr(value, "to_host") else np.asarray(value)
+            array = to_numpy(value)
             want = _NUMPY_DTYPES.get(spec["dtype"])
             if want is not None and array.dtype != want:
                 array = array.astype(want)
@@ -230,6 +188,65 @@ class Runner:
         if kind == "float":
             return float(value)
         return value
+
+
+def _input_checker(position: int, spec: dict[str, Any], bool_as_int: bool) -> Callable[[Any], Any]:
+    """A function that checks and converts one input, built once per bundle (this is per-call work)."""
+    where = f"input {position} ({spec['name']!r})"
+    kind = spec["kind"]
+    if kind == "tensor":
+        dtype = np.dtype(_NUMPY_DTYPES.get(spec["dtype"], spec["dtype"]))
+        shape = tuple(spec["shape"])
+        static = None not in shape
+
+        def check_tensor(value: Any) -> np.ndarray:
+            array = value if type(value) is np.ndarray else _to_numpy(value)
+            if array is None:
+                raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
+            if array.dtype != dtype:
+                raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
+            if array.shape != shape and (static or not _fits(array.shape, shape)):
+                expected = f"shape {_shape_text(list(shape))}, got shape {list(array.shape)}"
+                if array.ndim != len(shape):
+                    raise InputError(f"{where} must have rank {len(shape)} ({expected})")
+                dim = next(d for d, (w, h) in enumerate(zip(shape, array.shape)) if w is not None and w != h)
+                raise InputError(f"{where} must have size {shape[dim]} in dim {dim} ({expected})")
+            return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+        return check_tensor
+    if kind == "bool":
+
+        def check_bool(value: Any) -> Any:
+            if not isinstance(value, (bool, np.bool_)):
+                raise InputError(f"{where} must be a bool, got {type(value).__name__}")
+            return int(value) if bool_as_int else bool(value)
+
+        return check_bool
+    if kind == "int":
+
+        def check_int(value: Any) -> int:
+            if type(value) is int:
+                return value
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise InputError(f"{where} must be an int, got {type(value).__name__}")
+            return int(value)
+
+        return check_int
+    if kind == "float":
+
+        def check_float(value: Any) -> float:
+            if type(value) is float:
+                return value
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)):
+                raise InputError(f"{where} must be a float, got {type(value).__name__}")
+            return float(value)
+
+        return check_float
+    raise BundleError(f"input kind {kind!r} is not supported by this runtime")
+
+
+def _fits(have: tuple, want: tuple) -> bool:
+    return len(have) == len(want) and all(w is None or w == h for w, h in zip(want, have))
 
 
 def _to_numpy(value: Any) -> np.ndarray | None:
