@@ -594,7 +594,12 @@ def _dycl_module() -> Any:
 
 def _export_dycl(context: ModelContext) -> Path:
     dycl = _dycl_module()
-    bundle = dycl.export(context.model, tuple(context.example_inputs), targets=("llvm-cpu",))
+    bundle = dycl.export(
+        context.model,
+        tuple(context.example_inputs),
+        targets=("llvm-cpu",),
+        dynamic_shapes=getattr(context, "dynamic_shapes", None),
+    )
     path = context.folder / "model.dycl"
     _remove(path)  # a bundle from an earlier run must not be measured (or refused by save)
     bundle.save(str(path))
@@ -716,13 +721,16 @@ def benchmark_model(
     """Prepare, check and time every candidate on one model (see `benchmark`)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        model, example_inputs = entry.factory()
+        made = entry.factory()
+        model, example_inputs = made[0], made[1]
+        dynamic_shapes = made[2] if len(made) > 2 else None
         model = model.eval()
         samples = _resolve_samples(entry, tuple(example_inputs))
         expected = [_torch_call(model)(sample) for sample in samples]
     except Exception as exc:  # one broken model must not stop the others
         return ModelResult(entry.name, 0, [], error=first_line(exc))
     context = ModelContext(entry.name, model, tuple(example_inputs), samples, folder, threads)
+    context.dynamic_shapes = dynamic_shapes
     results, running = _prepare_all(context, candidates)
     running = _check_all(running, expected, warmup)
     _time_rounds(running, rounds, repeat)
@@ -1338,7 +1346,8 @@ def zoo_entries() -> dict[str, ModelEntry]:
 
 
 def entry_from_file(spec: str) -> ModelEntry:
-    """`FILE.py:FACTORY` -> a ModelEntry whose only sample is the factory's example inputs.
+    """`FILE.py:FACTORY` -> a ModelEntry; its samples are the module's SAMPLES[FACTORY] if any,
+    else the factory's example inputs.
 
     The file is registered in `sys.modules` before it runs, because `torch.jit.script` finds a
     class's source through its module.
@@ -1357,7 +1366,8 @@ def entry_from_file(spec: str) -> ModelEntry:
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise BenchError(f"{spec}: {file_name} has no function {factory_name}")
-    return ModelEntry(f"{path.stem}.{factory_name}", factory)
+    samples = getattr(module, "SAMPLES", {}).get(factory_name)
+    return ModelEntry(f"{path.stem}.{factory_name}", factory, samples)
 
 
 def select_entries(names: Sequence[str] | None) -> list[ModelEntry]:
