@@ -111,6 +111,8 @@ class _Specializer:
         self.views: set[Value] = set()
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
+        # Lists that some node appends to: they live on the host as run-time values.
+        self.mutated_lists = _collect_mutated_lists(captured.graph)
 
     # -- values -----------------------------------------------------------------------------
     def new_value(self, type_: Type, name: str = "") -> Value:
@@ -613,6 +615,8 @@ class _Specializer:
         args, kwargs = _split_arguments(schema, entries)
         target = f"{schema.name}.{overload._overloadname}"
         outputs_ts = list(node.outputs())
+        if not any("Tensor" in str(r.type) for r in schema.returns):
+            return self.visit_tensor_query(node, overload, args, kwargs, target, source)
         returns_list = len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[")
         returns = "list" if returns_list else ("tuple" if len(schema.returns) > 1 else "single")
         values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
@@ -647,6 +651,24 @@ class _Specializer:
         self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
             self.bind(mutated_input, outputs[0])
+
+    def visit_tensor_query(
+        self, node: torch._C.Node, overload: Any, args: list, kwargs: list, target: str, source: str
+    ) -> None:
+        """An op that reads a tensor's metadata into a scalar (`numel`, `is_contiguous`, ...).
+
+        The answer is known at export time when it does not depend on a dynamic dim.
+        """
+        values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
+        if any(_is_dynamic(v) for v in values_in):
+            raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
+        result = _call(overload, args, kwargs, lambda a: self.meta(a, perturb=False), source, target)
+        outputs = list(node.outputs())
+        if len(outputs) == 1:
+            self.bind(outputs[0], Constant(result))
+        else:
+            for output, item in zip(outputs, result):
+                self.bind(output, Constant(item))
 
     def _bind_results(self, outputs_ts: list, returns: str, result: Any, fold: bool) -> None:
         if returns == "single":
@@ -1132,7 +1154,6 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     """Type the captured graph by the example inputs and fold what the types decide."""
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
-    spec.mutated_lists = _collect_mutated_lists(captured.graph)
     ts_inputs = list(captured.graph.inputs())[1:]
     params = tuple(spec.new_value(t, name) for t, name in zip(types, captured.input_names))
     for ts_value, value in zip(ts_inputs, params):
@@ -1183,7 +1204,6 @@ _HANDLERS = {
     "prim::ListConstruct": _Specializer.visit_list_construct,
     "prim::ListUnpack": _Specializer.visit_list_unpack,
     "prim::unchecked_cast": _Specializer.visit_pass_through,
-    "aten::detach": None,
     "prim::Uninitialized": _Specializer.visit_uninitialized,
     "prim::RaiseException": _Specializer.visit_raise,
     "aten::warn": _Specializer.visit_ignored,
@@ -1211,4 +1231,3 @@ _HANDLERS = {
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
-_HANDLERS = {k: v for k, v in _HANDLERS.items() if v is not None}

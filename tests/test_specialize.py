@@ -97,3 +97,17 @@ def test_in_place_write_into_a_view_is_refused_not_miscompiled() -> None:
 def test_every_program_specializes_to_typed_inputs(name: str) -> None:
     program = _specialized(name)
     assert len(program.inputs) == len(make(name)[1])
+
+
+class _MetadataChecks(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() > 3 and x.is_contiguous() and x.size(1) == 3 and x.dim() == 2:
+            return x * 2
+        return x
+
+
+def test_metadata_reads_on_static_shapes_fold() -> None:
+    program = specialize(capture(_MetadataChecks()), (torch.randn(2, 3),))
+    nodes = list(iter_nodes(program.body))
+    assert not [n for n in nodes if isinstance(n, (If, HostOp))]
+    assert [n.target for n in nodes] == ["aten::mul.Scalar"]
