@@ -72,7 +72,6 @@ class _Writer:
         return ", ".join(self.name(v) for v in values)
 
     def block(self, block: Block) -> None:
-        start = len(self.lines)
         for node in block.nodes:
             if isinstance(node, SegmentCall):
                 self.segment_call(node)
@@ -84,8 +83,6 @@ class _Writer:
                 self.loop(node)
             elif isinstance(node, TensorOp):
                 raise ValueError("partition the Program before generating its host")
-        if len(self.lines) == start:
-            self.emit("pass")
 
     def segment_call(self, node: SegmentCall) -> None:
         args = []
@@ -129,8 +126,11 @@ class _Writer:
             if index == 1:
                 self.emit("else:")
             self.depth += 1
+            start = len(self.lines)
             self.block(block)
             self.assign(node.outputs, block.results)
+            if len(self.lines) == start:
+                self.emit("pass")
             self.depth -= 1
 
     def loop(self, node: Loop) -> None:
