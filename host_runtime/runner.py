@@ -187,6 +187,8 @@ class Runner:
             return int(value)
         if kind == "float":
             return float(value)
+        if kind == "list" and not isinstance(value, list):
+            return to_numpy(value).tolist()  # the compiled host keeps a list of ints as a tensor
         return value
 
 

@@ -85,6 +85,56 @@ _LEGAL_HOST_OPS = {
 }
 
 
+def _list_construct(emitter: _Emitter, node: HostOp, result: str) -> str:
+    mlir_type(node.outputs[0].type)  # refuses lists of other element types
+    emitter.int_list(node.args, result)
+    return _INT_LIST
+
+
+def _list_append(emitter: _Emitter, node: HostOp, result: str) -> str:
+    mlir_type(node.outputs[0].type)
+    items, _ = emitter.operand(node.args[0], _INT_LIST)
+    row = emitter.int_element(node.args[1])
+    emitter.concatenate([items, row], [_INT_LIST, "!torch.vtensor<[1],si64>"], result)
+    return _INT_LIST
+
+
+def _list_length(emitter: _Emitter, node: HostOp, result: str) -> str:
+    items, _ = emitter.operand(node.args[0], _INT_LIST)
+    zero = emitter.constant(0, None)[0]
+    emitter.emit(f"{result} = torch.aten.size.int {items}, {zero} : {_INT_LIST}, !torch.int -> !torch.int")
+    return "!torch.int"
+
+
+def _list_to_tensor(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """`torch.tensor(list)` of ints: the list already is that tensor (int64 is all it can be here)."""
+    data, dtype = node.args
+    want = mlir_type(node.outputs[0].type)
+    if dtype.value != "int64":
+        raise CompiledHostUnsupported(f"torch.tensor of a run-time list as {dtype.value}")
+    if isinstance(data, ListArg):
+        if any(isinstance(item, Value) and item.type != ScalarType("int") for item in data.items):
+            raise CompiledHostUnsupported("torch.tensor of a list that is not of ints")
+        built = emitter.fresh()
+        emitter.int_list(data.items, built)
+        emitter.emit(f"{result} = torch.tensor_static_info_cast {built} : {_INT_LIST} to {want}")
+        return want
+    if not isinstance(data, Value) or not isinstance(data.type, ListType):
+        raise CompiledHostUnsupported("torch.tensor of a scalar on a host path")
+    items, _ = emitter.operand(data, _INT_LIST)
+    emitter.emit(f"{result} = torch.tensor_static_info_cast {items} : {_INT_LIST} to {want}")
+    return want
+
+
+# Host ops on lists of ints, emitted as tensor ops in `main`.
+_LIST_OPS = {
+    "prim::ListConstruct": _list_construct,
+    "aten::append.t": _list_append,
+    "aten::len.t": _list_length,
+    "aten::tensor": _list_to_tensor,
+}
+
+
 class CompiledHostUnsupported(Exception):
     """The Program uses something the compiled host cannot express; the reason says what and where."""
 
@@ -97,7 +147,13 @@ def mlir_type(type_: Type) -> str:
         return f"!torch.vtensor<[{dims}],{_MLIR_DTYPE[type_.dtype]}>"
     if isinstance(type_, ScalarType):
         return {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}[type_.kind]
-    raise CompiledHostUnsupported("lists that change at run time (they need the Python host)")
+    if isinstance(type_, ListType) and type_.element == "int":
+        # A list of ints that grows at run time lives on the device as a 1-D int64 tensor.
+        return _INT_LIST
+    raise CompiledHostUnsupported(f"lists of {type_.element} that change at run time (they need the Python host)")
+
+
+_INT_LIST = "!torch.vtensor<[?],si64>"
 
 
 def _float_literal(value: float) -> str:
@@ -232,6 +288,8 @@ class _Emitter:
             self.emit(f"torch.prim.If.yield {true} : !torch.bool")
             self.depth -= 1
             self.emit("}")
+        elif target in _LIST_OPS:
+            result_type = _LIST_OPS[target](self, node, result)
         elif target in _LEGAL_HOST_OPS:
             result_type = _LEGAL_HOST_OPS[target]
             kind = target.split(".")[-1]
@@ -246,6 +304,37 @@ class _Emitter:
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
         self.define(output, result, result_type)
+
+    # -- lists of ints, as 1-D int64 tensors ------------------------------------------------------
+    def int_element(self, arg: Arg) -> str:
+        """A one-element int64 tensor holding an int."""
+        scalar, _ = self.operand(arg, "!torch.int")
+        zero = self.constant(0, None)[0]
+        element, row = self.fresh(), self.fresh()
+        self.emit(f"{element} = torch.prim.NumToTensor.Scalar {scalar} : !torch.int -> !torch.vtensor<[],si64>")
+        self.emit(
+            f"{row} = torch.aten.unsqueeze {element}, {zero} : "
+            "!torch.vtensor<[],si64>, !torch.int -> !torch.vtensor<[1],si64>"
+        )
+        return row
+
+    def int_list(self, items: tuple, result: str) -> None:
+        """`result` = the int64 tensor of `items` (each an int Value or Constant)."""
+        if not items:
+            empty = self.fresh()
+            self.emit(f"{empty} = torch.vtensor.literal(dense<> : tensor<0xsi64>) : !torch.vtensor<[0],si64>")
+            self.emit(f"{result} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {_INT_LIST}")
+            return
+        rows = [self.int_element(item) for item in items]
+        self.concatenate(rows, ["!torch.vtensor<[1],si64>"] * len(rows), result)
+
+    def concatenate(self, parts: list[str], types: list[str], result: str) -> None:
+        zero = self.constant(0, None)[0]
+        listed = self.fresh()
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(parts)} : ({', '.join(types)}) -> !torch.list<vtensor>"
+        )
+        self.emit(f"{result} = torch.aten.cat {listed}, {zero} : !torch.list<vtensor>, !torch.int -> {_INT_LIST}")
 
     def region_results(self, block: Block, types: list[str]) -> list[str]:
         return [self.operand(arg, want)[0] for arg, want in zip(block.results, types)]
