@@ -292,6 +292,20 @@ def block_reads(block: Block) -> set[Value]:
     return reads - defined
 
 
+def dispatch(visitor: Any, node: Node) -> Any:
+    """Call the visitor's method for the node's kind: `tensor_op`, `host_op`, `segment_call`,
+    `if_` or `loop`. Every walk over a Program (interpreters, host generators) dispatches here."""
+    if isinstance(node, TensorOp):
+        return visitor.tensor_op(node)
+    if isinstance(node, HostOp):
+        return visitor.host_op(node)
+    if isinstance(node, SegmentCall):
+        return visitor.segment_call(node)
+    if isinstance(node, If):
+        return visitor.if_(node)
+    return visitor.loop(node)
+
+
 class Walker:
     """Base class of every walk over a Program: one method per node kind, like torch.fx's Interpreter.
 
@@ -317,16 +331,7 @@ class Walker:
         return [self.read(result) for result in block.results]
 
     def run_node(self, node: Node) -> None:
-        if isinstance(node, TensorOp):
-            results = self.tensor_op(node)
-        elif isinstance(node, HostOp):
-            results = self.host_op(node)
-        elif isinstance(node, SegmentCall):
-            results = self.segment_call(node)
-        elif isinstance(node, If):
-            results = self.if_(node)
-        else:
-            results = self.loop(node)
+        results = dispatch(self, node)
         for value, result in zip(node.outputs, results):
             self.env[value] = result
 

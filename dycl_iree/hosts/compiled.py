@@ -41,6 +41,7 @@ from ..program import (
     TensorType,
     Type,
     Value,
+    dispatch,
 )
 
 INT64_MAX = 9223372036854775807
@@ -235,16 +236,10 @@ class _Emitter:
     # -- nodes --------------------------------------------------------------------------------
     def block(self, block: Block) -> None:
         for node in block.nodes:
-            if isinstance(node, SegmentCall):
-                self.segment_call(node)
-            elif isinstance(node, HostOp):
-                self.host_op(node)
-            elif isinstance(node, If):
-                self.if_(node)
-            elif isinstance(node, Loop):
-                self.loop(node)
-            elif isinstance(node, TensorOp):
-                raise CompiledHostUnsupported("a tensor op outside any segment (partition the Program first)")
+            dispatch(self, node)
+
+    def tensor_op(self, node: TensorOp) -> None:
+        raise CompiledHostUnsupported("a tensor op outside any segment (partition the Program first)")
 
     def segment_call(self, node: SegmentCall) -> None:
         params, results = self.signatures[node.segment]

@@ -30,6 +30,7 @@ from ..program import (
     SegmentCall,
     TensorOp,
     Value,
+    dispatch,
 )
 
 
@@ -73,16 +74,10 @@ class _Writer:
 
     def block(self, block: Block) -> None:
         for node in block.nodes:
-            if isinstance(node, SegmentCall):
-                self.segment_call(node)
-            elif isinstance(node, HostOp):
-                self.host_op(node)
-            elif isinstance(node, If):
-                self.if_(node)
-            elif isinstance(node, Loop):
-                self.loop(node)
-            elif isinstance(node, TensorOp):
-                raise ValueError("partition the Program before generating its host")
+            dispatch(self, node)
+
+    def tensor_op(self, node: TensorOp) -> None:
+        raise ValueError("partition the Program before generating its host")
 
     def segment_call(self, node: SegmentCall) -> None:
         args = []
