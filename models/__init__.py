@@ -1,8 +1,9 @@
 """The dynamic-network zoo: small CIFAR-sized versions of the model families DyCL evaluated.
 
 Each module defines `MODELS` (name -> factory returning `(model, example_inputs)`) and `SAMPLES`
-(name -> function returning a list of input tuples that together take every path). This package
-collects them so tests and benchmarks can walk the whole zoo:
+(name -> function returning a list of input tuples that together take every path); what they
+share (sample images, seeded construction, BatchNorm calibration, CIFAR ResNet blocks) lives in
+`models.common`. This package collects them so tests and benchmarks can walk the whole zoo:
 
 >>> from models import ZOO, parameter_count
 >>> model, example_inputs = ZOO["ranet"].build()

@@ -36,82 +36,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-NUM_CLASSES = 10
-
-
-def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
-    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
-
-    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
-    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
-    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
-    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
-    how strongly an input drives the network.
-
-    >>> random_image(0).shape
-    torch.Size([1, 3, 32, 32])
-    """
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(1, 3, 4, 4, generator=generator)
-    fine = torch.randn(1, 3, 32, 32, generator=generator)
-    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-    return (blobs + 0.5 * fine) * scale + shift
-
-
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
-    """Set BatchNorm running statistics from one batch of random images, then random affines.
-
-    Without this a random deep network's features stop depending on the input (see
-    shallow_deep.fit_batch_norms; repeated per file so each model file loads on its own by path).
-    `run` must execute every BatchNorm with no data-dependent decision.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
-
-
-def conv_bn_relu(in_channels: int, out_channels: int, stride: int = 1) -> nn.Sequential:
-    """3x3 conv (no bias) -> BatchNorm -> ReLU."""
-    return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()
-    )
-
-
-class BasicBlock(nn.Module):
-    """CIFAR ResNet basic block; `skip` is what a dropped block computes (its shortcut alone)."""
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-        if stride != 1 or in_channels != out_channels:
-            self.shortcut: nn.Module = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
-            )
-        else:
-            self.shortcut = nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
-
-    def skip(self, x: Tensor) -> Tensor:
-        return self.shortcut(x)
+from models.common import (
+    NUM_CLASSES,
+    BasicBlock,
+    cifar_resnet_plan,
+    conv_bn_relu,
+    fit_batch_norms,
+    image_inputs,
+    sample_builders,
+    seeded,
+)
 
 
 class PolicyNetwork(nn.Module):
@@ -132,22 +66,14 @@ class PolicyNetwork(nn.Module):
 
 
 class BlockDropResNet(nn.Module):
-    """CIFAR ResNet (3 stages x n blocks) whose blocks are kept or dropped by a policy network."""
+    """CIFAR ResNet of `depth` = 6n+2 (3 stages x n blocks) whose blocks a policy network keeps or drops."""
 
-    def __init__(self, blocks_per_stage: int, width: int) -> None:
+    def __init__(self, depth: int, width: int) -> None:
         super().__init__()
         self.stem = conv_bn_relu(3, width)
-        blocks: list[nn.Module] = []
-        in_channels = width
-        for stage in range(3):
-            out_channels = width * 2**stage
-            for block in range(blocks_per_stage):
-                stride = 2 if stage > 0 and block == 0 else 1
-                blocks.append(BasicBlock(in_channels, out_channels, stride))
-                in_channels = out_channels
-        self.blocks = nn.ModuleList(blocks)
-        self.policy = PolicyNetwork(len(blocks))
-        self.classifier = nn.Linear(in_channels, NUM_CLASSES)
+        self.blocks = nn.ModuleList([BasicBlock(*step) for step in cifar_resnet_plan(depth, width)])
+        self.policy = PolicyNetwork(len(self.blocks))
+        self.classifier = nn.Linear(4 * width, NUM_CLASSES)
 
     def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:
         # One decision per block, all made before the ResNet runs (the paper's single policy pass).
@@ -178,15 +104,13 @@ def build_blockdrop(
     `policy_biases` (calibrated, one per block; zero when None) are the biases of the policy's
     output layer: block k is kept when its logit plus `policy_biases[k]` is positive.
 
+    >>> from models.common import random_image
     >>> logits, kept = build_blockdrop()(random_image(0))
     >>> kept.shape
     torch.Size([54])
     """
-    if (depth - 2) % 6 != 0:
-        raise ValueError(f"CIFAR ResNet depth must be 6n+2, got {depth}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = BlockDropResNet((depth - 2) // 6, width)
+    with seeded(seed):
+        model = BlockDropResNet(depth, width)
     if policy_biases is not None:
         if len(policy_biases) != len(model.blocks):
             raise ValueError(f"policy_biases: expected {len(model.blocks)} (one per block), got {len(policy_biases)}")
@@ -223,17 +147,10 @@ SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
 def blockdrop_resnet110() -> tuple[nn.Module, tuple]:
     """BlockDrop on ResNet-110 (54 gated blocks); example input: its first sample."""
     model = build_blockdrop(110, policy_biases=POLICY_BIASES)
-    return model, (random_image(*SAMPLE_SPECS["blockdrop_resnet110"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["blockdrop_resnet110"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"blockdrop_resnet110": blockdrop_resnet110}
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

@@ -28,18 +28,11 @@ from torch import Tensor, nn
 
 from .blockdrop import BlockDropResNet, build_blockdrop
 from .captioning import ShowAttendTell, build_show_attend_tell
+from .common import image_inputs, random_image
 from .ranet import RaNet, build_ranet
-from .ranet import random_image as ranet_image
-from .shallow_deep import (
-    ShallowDeepNetwork,
-    build_mobilenet,
-    build_resnet56,
-    build_vgg16_bn,
-    build_wide_resnet32_4,
-    random_image,
-)
+from .shallow_deep import ShallowDeepNetwork, build_mobilenet, build_resnet56, build_vgg16_bn, build_wide_resnet32_4
 from .skipnet import SkipNetFeedForward, SkipNetRecurrent, build_skipnet
-from .transformer import Translator, build_translator, random_source
+from .transformer import Translator, build_translator, source_inputs
 
 # How far (in probability, or in logit for an argmax) every decision of a shipped sample must be
 # from flipping. Compiled float32 code agrees with PyTorch to about 1e-5 relative.
@@ -50,14 +43,6 @@ SCALE_GRID = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.
 
 # Candidate images: (seed, scale, shift); scale changes how hard an image drives the network.
 IMAGE_CANDIDATES = [(seed, scale, 0.0) for seed in range(40) for scale in (0.5, 1.0, 2.0)]
-
-
-def _image_inputs(spec: tuple[int, float, float]) -> tuple[Tensor]:
-    return (random_image(*spec),)
-
-
-def _source_inputs(seed: int) -> tuple[Tensor]:
-    return (random_source(seed),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,26 +181,26 @@ RANET_THRESHOLD = 0.8
 def calibrate_sdn(name: str) -> dict[str, object]:
     """Logit scales for the six ICs of one SDN, and one sample per exit (7 samples)."""
     build = SDN_BUILDERS[name]
-    candidates = [(random_image(*spec),) for spec in IMAGE_CANDIDATES]
+    candidates = [image_inputs(spec) for spec in IMAGE_CANDIDATES]
     model = build(threshold=SDN_THRESHOLD)
     linears = [head.linear for head in model.heads]
     features = _exit_linear_inputs(model, linears, candidates)
     scales = calibrate_exit_scales(linears, features, SDN_THRESHOLD, target_rate=0.3)
     model = build(threshold=SDN_THRESHOLD, logit_scales=tuple(scales))
-    samples = select_exit_samples(model, IMAGE_CANDIDATES, _image_inputs, len(scales) + 1)
+    samples = select_exit_samples(model, IMAGE_CANDIDATES, image_inputs, len(scales) + 1)
     return {"threshold": SDN_THRESHOLD, "logit_scales": tuple(scales), "samples": samples}
 
 
 def calibrate_ranet() -> dict[str, object]:
     """Logit scales for RaNet's two early classifiers, and one sample per exit (3 samples)."""
-    candidates = [(ranet_image(*spec),) for spec in IMAGE_CANDIDATES]
+    candidates = [image_inputs(spec) for spec in IMAGE_CANDIDATES]
     model = build_ranet(threshold=RANET_THRESHOLD)
     linears = [model.coarse_classifier.linear, model.middle_classifier.linear]
     features = _exit_linear_inputs(model, linears, candidates)
     scales = calibrate_exit_scales(linears, features, RANET_THRESHOLD, target_rate=0.35)
     logit_scales = (scales[0], scales[1], 1.0)
     model = build_ranet(threshold=RANET_THRESHOLD, logit_scales=logit_scales)
-    samples = select_exit_samples(model, IMAGE_CANDIDATES, lambda spec: (ranet_image(*spec),), 3)
+    samples = select_exit_samples(model, IMAGE_CANDIDATES, image_inputs, 3)
     return {"threshold": RANET_THRESHOLD, "logit_scales": logit_scales, "samples": samples}
 
 
@@ -416,7 +401,7 @@ def calibrate_gates(name: str) -> dict[str, object]:
         blockdrop = build_blockdrop(110)
         constants = {"policy_biases": fit_policy_biases(blockdrop, images)}
         model = build_blockdrop(110, **constants)
-    return {**constants, "samples": select_gate_samples(model, GATE_CANDIDATES, _image_inputs)}
+    return {**constants, "samples": select_gate_samples(model, GATE_CANDIDATES, image_inputs)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,12 +452,12 @@ def calibrate_decoder(name: str) -> dict[str, object]:
     """The end-token bias giving the most distinct end-token lengths plus capped runs; samples."""
     if name == "show_attend_tell":
         specs: list = IMAGE_CANDIDATES[:60]
-        make_inputs: Callable = _image_inputs
+        make_inputs: Callable = image_inputs
         build: Callable = build_show_attend_tell
         cap = 12
     else:
         specs = list(range(60))
-        make_inputs = _source_inputs
+        make_inputs = source_inputs
         build = build_translator
         cap = 10
     best: tuple[tuple[int, int], float, list] = ((-1, -1), 0.0, [])

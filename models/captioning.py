@@ -37,76 +37,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from models.common import BasicBlock, conv_bn_relu, fit_batch_norms, image_inputs, sample_builders, seeded
 
 VOCABULARY_SIZE = 20
 START_TOKEN = 1
 END_TOKEN = 2
-
-
-def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
-    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
-
-    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
-    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
-    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
-    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
-    how strongly an input drives the network.
-
-    >>> random_image(0).shape
-    torch.Size([1, 3, 32, 32])
-    """
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(1, 3, 4, 4, generator=generator)
-    fine = torch.randn(1, 3, 32, 32, generator=generator)
-    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-    return (blobs + 0.5 * fine) * scale + shift
-
-
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
-    """Set BatchNorm running statistics from one batch of random images, then random affines.
-
-    Keeps the random encoder's features normalised and input-dependent (see
-    shallow_deep.fit_batch_norms; repeated per file so each model file loads on its own by path).
-    """
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
-
-
-class BasicBlock(nn.Module):
-    """ResNet basic block with a 1x1-conv projection shortcut when the shape changes."""
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-        if stride != 1 or in_channels != out_channels:
-            self.shortcut: nn.Module = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
-            )
-        else:
-            self.shortcut = nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
 
 
 class Encoder(nn.Module):
@@ -114,7 +51,7 @@ class Encoder(nn.Module):
 
     def __init__(self, feature_size: int = 32) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.stem = conv_bn_relu(3, 16)
         self.blocks = nn.Sequential(
             BasicBlock(16, 16, 2), BasicBlock(16, feature_size, 2), BasicBlock(feature_size, feature_size, 2)
         )
@@ -204,12 +141,12 @@ class ShowAttendTell(nn.Module):
 def build_show_attend_tell(max_length: int = 12, end_bias: float = 0.0, seed: int = 0) -> ShowAttendTell:
     """The captioning model in eval mode.
 
+    >>> from models.common import random_image
     >>> tokens = build_show_attend_tell()(random_image(0))
     >>> tokens.dtype, tokens.dim()
     (torch.int64, 1)
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = ShowAttendTell(max_length=max_length, end_bias=end_bias)
     fit_batch_norms(model, model.run_encoder, seed + 1)
     return model
@@ -230,17 +167,10 @@ SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
 
 def show_attend_tell() -> tuple[nn.Module, tuple]:
     """The captioning model with its calibrated end-token bias; example input: its first sample."""
-    return build_show_attend_tell(end_bias=END_BIAS), (random_image(*SAMPLE_SPECS["show_attend_tell"][0]),)
+    return build_show_attend_tell(end_bias=END_BIAS), image_inputs(SAMPLE_SPECS["show_attend_tell"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"show_attend_tell": show_attend_tell}
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

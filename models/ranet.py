@@ -36,53 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-NUM_CLASSES = 10
-
-
-def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
-    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
-
-    Low-frequency content makes pooled features (and so the exits) vary between images, unlike
-    i.i.d. pixel noise (see shallow_deep.random_image; repeated so this file loads on its own).
-
-    >>> random_image(0).shape
-    torch.Size([1, 3, 32, 32])
-    """
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(1, 3, 4, 4, generator=generator)
-    fine = torch.randn(1, 3, 32, 32, generator=generator)
-    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-    return (blobs + 0.5 * fine) * scale + shift
-
-
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
-    """Set BatchNorm running statistics from one batch of random images, then random affines.
-
-    Keeps the random network's features normalised and input-dependent (see
-    shallow_deep.fit_batch_norms; repeated per file so each model file loads on its own by path).
-    """
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
-
-
-def conv_bn_relu(in_channels: int, out_channels: int, stride: int = 1) -> nn.Sequential:
-    """3x3 conv (no bias) -> BatchNorm -> ReLU."""
-    return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()
-    )
+from models.common import NUM_CLASSES, conv_bn_relu, fit_batch_norms, image_inputs, sample_builders, seeded
 
 
 def upsample(x: Tensor) -> Tensor:
@@ -169,10 +123,10 @@ def build_ranet(
 ) -> RaNet:
     """A RaNet in eval mode.
 
+    >>> from models.common import random_image
     >>> logits, exit_index = build_ranet()(random_image(0))
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = RaNet(threshold, logit_scales)
     fit_batch_norms(model, model.run_all_scales, seed + 1)
     return model
@@ -191,17 +145,10 @@ SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {"ranet": [(37, 2.0, 0
 
 def ranet() -> tuple[nn.Module, tuple]:
     """The 3-scale RaNet with its calibrated threshold and scales; example input: its first sample."""
-    return build_ranet(THRESHOLD, LOGIT_SCALES), (random_image(*SAMPLE_SPECS["ranet"][0]),)
+    return build_ranet(THRESHOLD, LOGIT_SCALES), image_inputs(SAMPLE_SPECS["ranet"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"ranet": ranet}
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

@@ -40,90 +40,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-NUM_CLASSES = 10
-
+from models.common import (
+    NUM_CLASSES,
+    BasicBlock,
+    cifar_resnet_plan,
+    conv_bn_relu,
+    fit_batch_norms,
+    image_inputs,
+    sample_builders,
+    seeded,
+)
 
 # ---------------------------------------------------------------------------------------------
-# Shared pieces
+# Pieces the four SDNs share (conv_bn_relu and BasicBlock come from models/common.py)
 # ---------------------------------------------------------------------------------------------
-
-
-def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
-    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
-
-    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
-    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
-    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
-    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
-    how strongly an input drives the network.
-
-    >>> random_image(0).shape
-    torch.Size([1, 3, 32, 32])
-    """
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(1, 3, 4, 4, generator=generator)
-    fine = torch.randn(1, 3, 32, 32, generator=generator)
-    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-    return (blobs + 0.5 * fine) * scale + shift
-
-
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
-    """Give every BatchNorm the running statistics a trained network would have, then random affines.
-
-    With PyTorch's default initialisation and identity BatchNorms, the signal of a random deep
-    network shrinks layer after layer until deep features no longer depend on the input, and every
-    deep decision (exit, gate) would be constant. Running one batch of random images through the
-    backbone in train mode sets each BatchNorm's mean/var to its batch's statistics, so features
-    stay normalised and input-dependent at every depth. Random affine parameters then keep all four
-    `batch_norm` operands non-trivial for the exporter's tests. `run` must execute every BatchNorm
-    without any data-dependent decision (a batch cannot take one path).
-    """
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
-
-
-def conv_bn_relu(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
-    """3x3 conv (no bias) -> BatchNorm -> ReLU, the unit every backbone here is made of."""
-    return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, 3, stride, 1, groups=groups, bias=False),
-        nn.BatchNorm2d(out_channels),
-        nn.ReLU(),
-    )
-
-
-class BasicBlock(nn.Module):
-    """CIFAR ResNet basic block (two 3x3 convs); a 1x1-conv projection shortcut when the shape changes."""
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-        if stride != 1 or in_channels != out_channels:
-            self.shortcut: nn.Module = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
-            )
-        else:
-            self.shortcut = nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
 
 
 class WideBlock(nn.Module):
@@ -275,23 +205,19 @@ def build_resnet56(
 ) -> ShallowDeepNetwork:
     """SDN on a CIFAR ResNet-56 (stem conv + 27 basic blocks in 3 stages + linear), widths w/2w/4w.
 
+    >>> from models.common import random_image
     >>> model = build_resnet56()
     >>> logits, exit_index = model(random_image(0))
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         layers: list[nn.Module] = [conv_bn_relu(3, width)]
         shapes = [(width, 32)]
-        in_channels, spatial = width, 32
-        for stage in range(3):
-            out_channels = width * 2**stage
-            for block in range(9):
-                stride = 2 if stage > 0 and block == 0 else 1
-                spatial //= stride
-                layers.append(BasicBlock(in_channels, out_channels, stride))
-                shapes.append((out_channels, spatial))
-                in_channels = out_channels
-        classifier = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, NUM_CLASSES))
+        spatial = 32
+        for in_channels, out_channels, stride in cifar_resnet_plan(56, width):
+            spatial //= stride
+            layers.append(BasicBlock(in_channels, out_channels, stride))
+            shapes.append((out_channels, spatial))
+        classifier = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, NUM_CLASSES))
         return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
 
 
@@ -303,10 +229,10 @@ def build_vgg16_bn(
     A layer here is one conv (with its pool when it closes a group), so ICs sit after
     convolutions like in the paper. Widths are w, 2w, 4w, 8w, 8w per group.
 
+    >>> from models.common import random_image
     >>> logits, exit_index = build_vgg16_bn()(random_image(0))
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         groups = [(width, 2), (2 * width, 2), (4 * width, 3), (8 * width, 3), (8 * width, 3)]
         layers: list[nn.Module] = []
         shapes: list[tuple[int, int]] = []
@@ -340,10 +266,10 @@ def build_mobilenet(
     Channels follow the paper's 32, 64, 128, 128, 256, 256, 512 x 6, 1024, 1024 pattern scaled
     by width/32.
 
+    >>> from models.common import random_image
     >>> logits, exit_index = build_mobilenet()(random_image(0))
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         # (output channels as multiples of `width`, stride) for the 13 separable blocks.
         plan = [(2, 1), (4, 2), (4, 1), (8, 2), (8, 1), (16, 2)] + [(16, 1)] * 5 + [(32, 2), (32, 1)]
         layers: list[nn.Module] = [conv_bn_relu(3, width)]
@@ -370,28 +296,25 @@ def build_wide_resnet32_4(
 
     Stage widths are base_width * widen_factor * (1, 2, 4); the paper's base_width is 16.
 
+    >>> from models.common import random_image
     >>> logits, exit_index = build_wide_resnet32_4()(random_image(0))
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         stem_channels = 4 * base_width
         layers: list[nn.Module] = [nn.Conv2d(3, stem_channels, 3, 1, 1, bias=False)]
         shapes = [(stem_channels, 32)]
-        in_channels, spatial = stem_channels, 32
-        for stage in range(3):
-            out_channels = base_width * widen_factor * 2**stage
-            for block in range(5):
-                stride = 2 if stage > 0 and block == 0 else 1
-                spatial //= stride
-                layers.append(WideBlock(in_channels, out_channels, stride))
-                shapes.append((out_channels, spatial))
-                in_channels = out_channels
+        stage_width = base_width * widen_factor
+        spatial = 32
+        for in_channels, out_channels, stride in cifar_resnet_plan(32, stage_width, stem_channels):
+            spatial //= stride
+            layers.append(WideBlock(in_channels, out_channels, stride))
+            shapes.append((out_channels, spatial))
         classifier = nn.Sequential(
-            nn.BatchNorm2d(in_channels),
+            nn.BatchNorm2d(4 * stage_width),
             nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
-            nn.Linear(in_channels, NUM_CLASSES),
+            nn.Linear(4 * stage_width, NUM_CLASSES),
         )
         return _assemble(layers, shapes, classifier, threshold, logit_scales, seed)
 
@@ -453,25 +376,25 @@ SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
 def sdn_resnet56() -> tuple[nn.Module, tuple]:
     """SDN ResNet-56 with its calibrated threshold and IC scales; example input: its first sample."""
     model = build_resnet56(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_resnet56"])
-    return model, (random_image(*SAMPLE_SPECS["sdn_resnet56"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["sdn_resnet56"][0])
 
 
 def sdn_vgg16_bn() -> tuple[nn.Module, tuple]:
     """SDN VGG-16-BN with its calibrated threshold and IC scales; example input: its first sample."""
     model = build_vgg16_bn(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_vgg16_bn"])
-    return model, (random_image(*SAMPLE_SPECS["sdn_vgg16_bn"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["sdn_vgg16_bn"][0])
 
 
 def sdn_mobilenet() -> tuple[nn.Module, tuple]:
     """SDN MobileNet v1 with its calibrated threshold and IC scales; example input: its first sample."""
     model = build_mobilenet(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_mobilenet"])
-    return model, (random_image(*SAMPLE_SPECS["sdn_mobilenet"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["sdn_mobilenet"][0])
 
 
 def sdn_wide_resnet32_4() -> tuple[nn.Module, tuple]:
     """SDN WideResNet-32-4 with its calibrated threshold and IC scales; example input: its first sample."""
     model = build_wide_resnet32_4(threshold=THRESHOLD, logit_scales=LOGIT_SCALES["sdn_wide_resnet32_4"])
-    return model, (random_image(*SAMPLE_SPECS["sdn_wide_resnet32_4"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["sdn_wide_resnet32_4"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
@@ -482,11 +405,4 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
 }
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

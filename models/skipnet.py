@@ -44,76 +44,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-NUM_CLASSES = 10
-
-
-def random_image(seed: int, scale: float = 1.0, shift: float = 0.0) -> Tensor:
-    """A deterministic random 1x3x32x32 image: smooth colour blobs plus pixel noise, scaled and shifted.
-
-    A bilinearly upsampled 4x4 random image gives each sample its own low-frequency layout, as
-    natural images have; i.i.d. pixel noise alone averages out under pooling, so every image would
-    look alike to a pooled gate or classifier and decisions would hardly vary. Samples are
-    (seed, scale, shift) triples so a reader can regenerate them and the calibration search can vary
-    how strongly an input drives the network.
-
-    >>> random_image(0).shape
-    torch.Size([1, 3, 32, 32])
-    """
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(1, 3, 4, 4, generator=generator)
-    fine = torch.randn(1, 3, 32, 32, generator=generator)
-    blobs = F.interpolate(coarse, size=(32, 32), mode="bilinear", align_corners=False)
-    return (blobs + 0.5 * fine) * scale + shift
-
-
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
-    """Set BatchNorm running statistics from one batch of random images, then random affines.
-
-    Without this a random deep network's features stop depending on the input, and every gate
-    deep in the network would decide the same for all inputs (see shallow_deep.fit_batch_norms;
-    the helper is repeated per file so each model file loads on its own by path). `run` must
-    execute every BatchNorm with no data-dependent decision.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # a cumulative average: the statistics of exactly this batch
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
-
-
-class BasicBlock(nn.Module):
-    """CIFAR ResNet basic block; `skip` is what a gated-off block computes (its shortcut alone)."""
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-        if stride != 1 or in_channels != out_channels:
-            self.shortcut: nn.Module = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
-            )
-        else:
-            self.shortcut = nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
-
-    def skip(self, x: Tensor) -> Tensor:
-        return self.shortcut(x)
+from models.common import (
+    NUM_CLASSES,
+    BasicBlock,
+    cifar_resnet_plan,
+    conv_bn_relu,
+    fit_batch_norms,
+    image_inputs,
+    sample_builders,
+    seeded,
+)
 
 
 class FeedForwardGate(nn.Module):
@@ -131,33 +71,39 @@ class FeedForwardGate(nn.Module):
         return torch.sigmoid(self.linear(torch.flatten(features, 1)))
 
 
-def _resnet_blocks(depth: int, width: int) -> tuple[list[BasicBlock], list[int]]:
-    """The 3 x n basic blocks of a CIFAR ResNet of `depth` = 6n+2, and each block's input channels."""
-    if (depth - 2) % 6 != 0:
-        raise ValueError(f"CIFAR ResNet depth must be 6n+2, got {depth}")
-    per_stage = (depth - 2) // 6
-    blocks: list[BasicBlock] = []
-    in_channels_of_block: list[int] = []
-    in_channels = width
-    for stage in range(3):
-        out_channels = width * 2**stage
-        for block in range(per_stage):
-            stride = 2 if stage > 0 and block == 0 else 1
-            blocks.append(BasicBlock(in_channels, out_channels, stride))
-            in_channels_of_block.append(in_channels)
-            in_channels = out_channels
-    return blocks, in_channels_of_block
+class GatedResNet(nn.Module):
+    """What both SkipNet variants share: a CIFAR ResNet of `depth` = 6n+2 (stem, 3 x n basic blocks).
 
-
-class SkipNetFeedForward(nn.Module):
-    """CIFAR ResNet with one feed-forward gate per block (SkipNet-FFGate)."""
+    Each variant adds its gates and then its classifier (4 * width -> classes), in that order: the
+    order in which the modules draw their initial weights from the seeded RNG is part of the model.
+    """
 
     def __init__(self, depth: int, width: int) -> None:
         super().__init__()
-        blocks, in_channels = _resnet_blocks(depth, width)
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        # Blocks before the stem: the calibrated constants below were fitted to weights drawn in this order.
+        blocks = [BasicBlock(*step) for step in cifar_resnet_plan(depth, width)]
+        self.stem = conv_bn_relu(3, width)
         self.blocks = nn.ModuleList(blocks)
-        self.gates = nn.ModuleList([FeedForwardGate(channels) for channels in in_channels])
+
+    def block_input_channels(self) -> list[int]:
+        """Channels of each block's input: what the gate deciding that block looks at."""
+        return [block.conv1.in_channels for block in self.blocks]
+
+    @torch.jit.unused
+    def run_all_blocks(self, image: Tensor) -> Tensor:
+        """Every block, no decisions, for a batch (used to fit BatchNorm statistics; no gate has one)."""
+        x = self.stem(image)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class SkipNetFeedForward(GatedResNet):
+    """CIFAR ResNet with one feed-forward gate per block (SkipNet-FFGate)."""
+
+    def __init__(self, depth: int, width: int) -> None:
+        super().__init__(depth, width)
+        self.gates = nn.ModuleList([FeedForwardGate(channels) for channels in self.block_input_channels()])
         self.classifier = nn.Linear(4 * width, NUM_CLASSES)
 
     def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:
@@ -172,25 +118,14 @@ class SkipNetFeedForward(nn.Module):
             decisions = torch.cat((decisions, run_block.to(torch.float32).reshape(1)))
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)), decisions
 
-    @torch.jit.unused
-    def run_all_blocks(self, image: Tensor) -> Tensor:
-        """Every block and gate, no decisions, for a batch (used to fit BatchNorm statistics)."""
-        x = self.stem(image)
-        for block in self.blocks:
-            x = block(x)
-        return x
 
-
-class SkipNetRecurrent(nn.Module):
+class SkipNetRecurrent(GatedResNet):
     """CIFAR ResNet whose blocks share ONE LSTM-cell gate, its state carried from block to block."""
 
     def __init__(self, depth: int, width: int, projection_gain: float, gate_size: int = 10) -> None:
-        super().__init__()
-        blocks, in_channels = _resnet_blocks(depth, width)
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
-        self.blocks = nn.ModuleList(blocks)
+        super().__init__(depth, width)
         # Global average pooling then a 1x1 projection (a linear layer on the pooled vector).
-        self.projections = nn.ModuleList([nn.Linear(channels, gate_size) for channels in in_channels])
+        self.projections = nn.ModuleList([nn.Linear(channels, gate_size) for channels in self.block_input_channels()])
         with torch.no_grad():
             for projection in self.projections:
                 # With the default init the pooled block summaries are tiny next to the LSTM's
@@ -219,14 +154,6 @@ class SkipNetRecurrent(nn.Module):
             decisions = torch.cat((decisions, run_block.to(torch.float32).reshape(1)))
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)), decisions
 
-    @torch.jit.unused
-    def run_all_blocks(self, image: Tensor) -> Tensor:
-        """Every block, no decisions, for a batch (used to fit BatchNorm statistics)."""
-        x = self.stem(image)
-        for block in self.blocks:
-            x = block(x)
-        return x
-
 
 def build_skipnet(
     variant: str = "ff",
@@ -244,13 +171,13 @@ def build_skipnet(
     `projection_biases` replace the per-block projections' biases (random init when None), and
     `projection_gain` scales the projections' weights.
 
+    >>> from models.common import random_image
     >>> model = build_skipnet("rnn", depth=38)
     >>> logits, gates = model(random_image(0))
     >>> gates.shape
     torch.Size([18])
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         if variant == "ff":
             model: nn.Module = SkipNetFeedForward(depth, width)
         elif variant == "rnn":
@@ -320,13 +247,13 @@ SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
 def skipnet_ff_resnet38() -> tuple[nn.Module, tuple]:
     """SkipNet-FFGate on ResNet-38; example input: its first sample."""
     model = build_skipnet("ff", 38, gate_biases=GATE_BIASES)
-    return model, (random_image(*SAMPLE_SPECS["skipnet_ff_resnet38"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["skipnet_ff_resnet38"][0])
 
 
 def skipnet_rnn_resnet38() -> tuple[nn.Module, tuple]:
     """SkipNet-RNNGate on ResNet-38; example input: its first sample."""
     model = build_skipnet("rnn", 38, projection_biases=PROJECTION_BIASES)
-    return model, (random_image(*SAMPLE_SPECS["skipnet_rnn_resnet38"][0]),)
+    return model, image_inputs(SAMPLE_SPECS["skipnet_rnn_resnet38"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
@@ -335,11 +262,4 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
 }
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_image(*spec),) for spec in SAMPLE_SPECS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

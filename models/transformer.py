@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.common import sample_builders, seeded
+
 VOCABULARY_SIZE = 20
 START_TOKEN = 1
 END_TOKEN = 2
@@ -49,6 +51,15 @@ def random_source(seed: int, length: int = SOURCE_LENGTH) -> Tensor:
     """
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCABULARY_SIZE, (1, length), generator=generator)
+
+
+def source_inputs(seed: int) -> tuple[Tensor]:
+    """The input tuple of the translator for one sample seed.
+
+    >>> source_inputs(0)[0].shape
+    torch.Size([1, 8])
+    """
+    return (random_source(seed),)
 
 
 def sinusoidal_positions(count: int, size: int) -> Tensor:
@@ -205,8 +216,7 @@ def build_translator(max_length: int = 10, end_bias: float = 0.0, seed: int = 0)
     >>> words.dtype, words.dim()
     (torch.int64, 1)
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = Translator(max_length=max_length, end_bias=end_bias)
     return model.eval()
 
@@ -224,17 +234,10 @@ SAMPLE_SEEDS: dict[str, list[int]] = {"transformer_translator": [40, 0, 8, 17, 2
 
 def transformer_translator() -> tuple[nn.Module, tuple]:
     """The translator with its calibrated end-token bias; example input: its first sample."""
-    return build_translator(end_bias=END_BIAS), (random_source(SAMPLE_SEEDS["transformer_translator"][0]),)
+    return build_translator(end_bias=END_BIAS), source_inputs(SAMPLE_SEEDS["transformer_translator"][0])
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"transformer_translator": transformer_translator}
 
 
-def _samples(name: str) -> Callable[[], list[tuple]]:
-    def build() -> list[tuple]:
-        return [(random_source(seed),) for seed in SAMPLE_SEEDS[name]]
-
-    return build
-
-
-SAMPLES: dict[str, Callable[[], list[tuple]]] = {name: _samples(name) for name in MODELS}
+SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SEEDS, source_inputs)

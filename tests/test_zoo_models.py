@@ -10,8 +10,10 @@ taken, and that every decision had room to spare (so a compiled copy cannot flip
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -201,14 +203,32 @@ def test_skipnet_resnet110_depth(variant: str) -> None:
     assert_same(expected, run_scripted(script(model), sample), f"skipnet_{variant} depth 110")
 
 
+def zoo_imports(path: Path) -> list[str]:
+    """Every module of this repository's `models` package that the file at `path` imports ("." for relative)."""
+    imported = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + (node.module or "")]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        imported += [name for name in names if name.startswith(".") or name.split(".")[0] == "models"]
+    return imported
+
+
 @pytest.mark.parametrize("module", models.ZOO_MODULES, ids=lambda module: module.__name__)
 def test_model_file_loads_on_its_own(module: object) -> None:
-    """`python -m dycl_iree export models/FILE.py:FACTORY` loads a file by path, outside the package.
+    """`python -m dycl_iree export models/FILE.py:FACTORY` loads a file by path, outside the package,
+    with the repository root on sys.path (the CLI puts it there).
 
-    So no model file may import from its siblings. TorchScript finds a class's source through
-    `sys.modules[cls.__module__]`, so a loader must register the module before scripting.
+    So a model file takes what it shares with the others from `models.common`, imported absolutely:
+    a relative import has no package to resolve against in a file loaded by path. Model files do not
+    import each other (each is one model family, read on its own). TorchScript finds a class's source
+    through `sys.modules[cls.__module__]`, so a loader must register the module before scripting.
     """
     path = Path(module.__file__)
+    assert set(zoo_imports(path)) <= {"models.common"}, f"{path.name} imports {zoo_imports(path)}"
     unique_name = f"zoo_standalone_{path.stem}"
     spec = importlib.util.spec_from_file_location(unique_name, path)
     assert spec is not None and spec.loader is not None
@@ -225,3 +245,31 @@ def test_model_file_loads_on_its_own(module: object) -> None:
         assert_same(built(name).outputs[0], run_scripted(script(model), example), f"standalone {name}")
     finally:
         del sys.modules[unique_name]
+
+
+def test_model_files_load_by_path_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """The CLI's own loader, in a process where nothing of the zoo is imported yet: the first
+    `from models.common import ...` then imports the `models` package (and through it every model
+    file) while a file loaded by path is still half executed, which this test process, having
+    imported the zoo already, never exercises. Every file's first model must give what it gives here."""
+    root = Path(models.__file__).resolve().parent.parent
+    targets = {
+        min(module.MODELS): f"{Path(module.__file__).resolve()}:{min(module.MODELS)}" for module in models.ZOO_MODULES
+    }
+    program = (
+        "import sys, torch\n"
+        "torch.set_num_threads(1)\n"
+        "from dycl_iree.cli import load_factory\n"
+        "outputs = {}\n"
+        f"for name, target in {targets!r}.items():\n"
+        "    model, example, _, _ = load_factory(target)\n"
+        "    with torch.no_grad():\n"
+        "        outputs[name] = model(*example)\n"
+        "torch.save(outputs, sys.argv[1])\n"
+    )
+    # The working directory puts the repository root on sys.path, as `python -m dycl_iree` does.
+    subprocess.run([sys.executable, "-c", program, str(tmp_path / "outputs.pt")], cwd=root, check=True)
+    outputs = torch.load(tmp_path / "outputs.pt", weights_only=False)
+    assert set(outputs) == set(targets)
+    for name, output in outputs.items():
+        assert_same(built(name).outputs[0], output, f"{name} loaded by path in a fresh interpreter")
