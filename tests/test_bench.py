@@ -154,8 +154,10 @@ class _StandInBundle:
         torch.jit.save(self.scripted, str(Path(path) / "model.pt"))
 
 
-def _stand_in_export(model: torch.nn.Module, example_inputs: tuple, targets: tuple[str, ...]) -> _StandInBundle:
-    assert targets == ("llvm-cpu",)
+def _stand_in_export(
+    model: torch.nn.Module, example_inputs: tuple, targets: tuple[str, ...], dynamic_shapes: object = None
+) -> _StandInBundle:
+    assert targets == ("llvm-cpu",) and dynamic_shapes is None
     return _StandInBundle(torch.jit.freeze(torch.jit.script(model.eval())))
 
 
