@@ -27,10 +27,8 @@ from .program import (
     Block,
     Constant,
     HostOp,
-    If,
     ListArg,
     ListType,
-    Loop,
     Node,
     Program,
     ScalarType,
@@ -39,6 +37,7 @@ from .program import (
     TensorOp,
     Value,
     arg_values,
+    map_sub_blocks,
     node_inputs,
     sub_blocks,
 )
@@ -161,26 +160,7 @@ def _group_block(block: Block, groups: list[_Group]) -> Block:
             (hoisted if running else nodes).append(node)
         else:
             close()
-            if isinstance(node, If):
-                node = If(
-                    node.condition,
-                    _group_block(node.then_block, groups),
-                    _group_block(node.else_block, groups),
-                    node.outputs,
-                    node.label,
-                    node.source,
-                )
-            elif isinstance(node, Loop):
-                node = Loop(
-                    node.trip_count,
-                    node.condition,
-                    node.initial,
-                    _group_block(node.body, groups),
-                    node.outputs,
-                    node.label,
-                    node.source,
-                )
-            nodes.append(node)
+            nodes.append(map_sub_blocks(node, lambda inner: _group_block(inner, groups)))
     close()
     return Block(block.params, tuple(nodes), block.results)
 
@@ -213,31 +193,8 @@ def _replace_groups(block: Block, calls: dict[int, SegmentCall | None]) -> Block
             call = calls[node.index]
             if call is not None:
                 nodes.append(call)
-        elif isinstance(node, If):
-            nodes.append(
-                If(
-                    node.condition,
-                    _replace_groups(node.then_block, calls),
-                    _replace_groups(node.else_block, calls),
-                    node.outputs,
-                    node.label,
-                    node.source,
-                )
-            )
-        elif isinstance(node, Loop):
-            nodes.append(
-                Loop(
-                    node.trip_count,
-                    node.condition,
-                    node.initial,
-                    _replace_groups(node.body, calls),
-                    node.outputs,
-                    node.label,
-                    node.source,
-                )
-            )
         else:
-            nodes.append(node)
+            nodes.append(map_sub_blocks(node, lambda inner: _replace_groups(inner, calls)))
     return Block(block.params, tuple(nodes), block.results)
 
 

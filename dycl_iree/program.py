@@ -249,6 +249,15 @@ def sub_blocks(node: Node) -> tuple[Block, ...]:
     return ()
 
 
+def map_sub_blocks(node: Node, transform: Any) -> Node:
+    """The node with every nested block replaced by `transform(block)` (other nodes unchanged)."""
+    if isinstance(node, If):
+        return dataclasses.replace(node, then_block=transform(node.then_block), else_block=transform(node.else_block))
+    if isinstance(node, Loop):
+        return dataclasses.replace(node, body=transform(node.body))
+    return node
+
+
 def arg_values(arg: Arg) -> Iterator[Value]:
     """The Values an argument reads (a ListArg reads each of its items)."""
     if isinstance(arg, Value):

@@ -542,13 +542,7 @@ class _Specializer:
                 # Only error messages are formatted from run-time values; keep the template.
                 self.bind(node.output(), Constant(str(entries[0].value)))
                 return
-            result = _fold_scalar(kind, overload, [e.value for e in entries], source)
-            outputs = list(node.outputs())
-            if len(outputs) == 1:
-                self.bind(outputs[0], Constant(result))
-            else:
-                for output, item in zip(outputs, result):
-                    self.bind(output, Constant(item))
+            self.bind_constants(node, _fold_scalar(kind, overload, [e.value for e in entries], source))
             return
         if kind == "aten::__range_length":
             return self.visit_range_length(node, entries, source)
@@ -662,7 +656,10 @@ class _Specializer:
         values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
         if any(_is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
-        result = _call(overload, args, kwargs, lambda a: self.meta(a, perturb=False), source, target)
+        self.bind_constants(node, _call(overload, args, kwargs, lambda a: self.meta(a, perturb=False), source, target))
+
+    def bind_constants(self, node: torch._C.Node, result: Any) -> None:
+        """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
         outputs = list(node.outputs())
         if len(outputs) == 1:
             self.bind(outputs[0], Constant(result))
