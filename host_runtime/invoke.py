@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - other iree-base-runtime versions
 class Function:
     """A function of a loaded module, called with numpy arrays, ints, floats and buffer views."""
 
-    def __init__(self, context: Any, module: Any, name: str, result_count: int) -> None:
+    def __init__(self, context: Any, module: Any, name: str, result_count: int, all_tensors: bool = False) -> None:
         import iree.runtime as ireert
 
         self._ireert = ireert
@@ -43,6 +43,8 @@ class Function:
         if vm_function is None:
             raise KeyError(name)
         self._vm_function = vm_function
+        # Segments return only tensors: read them as buffer views without a type check each.
+        self._all_tensors = all_tensors
         if _LEAN:
             self._packer = ArgumentPacker(_invoke_statics, None)
         else:  # pragma: no cover
@@ -56,6 +58,8 @@ class Function:
         results = self._ireert.VmVariantList(self._count)
         self._vm_context.invoke(self._vm_function, arguments, results)
         buffer_view = self._ireert.HalBufferView
+        if self._all_tensors:
+            return tuple(results.get_as_object(index, buffer_view) for index in range(self._count))
         values = []
         for index in range(len(results)):
             value = results.get_variant(index)

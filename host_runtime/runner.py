@@ -55,7 +55,7 @@ class HostServices:
 
     def segment(self, name: str) -> Callable[..., tuple]:
         """The segment function; it returns a tuple of buffers that stay on the device."""
-        return Function(self._context, self._module, name, self._segments[name])
+        return Function(self._context, self._module, name, self._segments[name], all_tensors=True)
 
     # `.item()` semantics: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d.
     @staticmethod
