@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from host_runtime import load
@@ -27,7 +26,6 @@ __all__ = [
     "export",
     "load",
     "Bundle",
-    "ExportReport",
     "DyclError",
     "BundleError",
     "InputError",
@@ -37,16 +35,6 @@ __all__ = [
     "SpecializeError",
     "UnsupportedOpError",
 ]
-
-
-@dataclass
-class ExportReport:
-    """What an export did and how long each stage took (seconds)."""
-
-    timings: dict[str, float] = field(default_factory=dict)
-    segments: int = 0
-    segment_calls: int = 0
-    decisions: int = 0
 
 
 def export(
@@ -70,12 +58,12 @@ def export(
     from .capture import capture
     from .compile import compile_module, target_flags
     from .hosts import CompiledHostUnsupported, synthesize_compiled, synthesize_python
-    from .lower import explain_compile_error, lower
+    from .lower import explain_compile_error, first_error_line, lower, module_bytecode
     from .partition import partition
     from .specialize import specialize
 
     say = progress or (lambda message: None)
-    report = ExportReport()
+    timings: dict[str, float] = {}
     if isinstance(example_inputs, (list, tuple)):
         example_inputs = tuple(example_inputs)
     else:
@@ -87,7 +75,7 @@ def export(
     def stage(name: str, function: Callable[[], Any]) -> Any:
         start = time.perf_counter()
         result = function()
-        report.timings[name] = time.perf_counter() - start
+        timings[name] = time.perf_counter() - start
         return result
 
     say("capturing (torch.jit.script + freeze)")
@@ -95,7 +83,6 @@ def export(
     say("specializing to the example inputs")
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
     program = stage("partition", lambda: partition(typed))
-    report.segments = len(program.segments)
     say(f"lowering {len(program.segments)} segments through torch-mlir")
     lowered = stage(
         "lower",
@@ -117,7 +104,7 @@ def export(
             unsupported, main_text = str(reason), None
 
     def compile_all() -> dict[str, bytes]:
-        bytecode = _bytecode(lowered.module)
+        bytecode = module_bytecode(lowered.module)
         vmfbs = {}
         for target in targets:
             say(f"compiling for {target} (iree-compile)")
@@ -133,7 +120,7 @@ def export(
         # to the Python host and say why in the manifest.
         _remove_main(lowered)
         main_text = None
-        unsupported = "iree-compile rejected the compiled host: " + _first_error_line(str(error))
+        unsupported = "iree-compile rejected the compiled host: " + first_error_line(str(error))
         try:
             compiled = compile_all()
         except CompileError as segment_error:
@@ -144,23 +131,9 @@ def export(
     files[PROGRAM_TEXT] = program_text(program).encode()
     target_entries = {target: {"file": f"{target}.vmfb", "flags": target_flags(target)} for target in compiled}
     manifest = make_manifest(program, module_name, host, unsupported, target_entries, _weight_bytes(program))
-    manifest["export_seconds"] = report.timings
+    manifest["export_seconds"] = timings
     bundle = Bundle(manifest, files, program)
-    bundle.report = report  # type: ignore[attr-defined]
     return bundle
-
-
-def _first_error_line(text: str) -> str:
-    for line in text.splitlines():
-        if "error:" in line:
-            return line.strip()[:300]
-    return text.strip().splitlines()[0][:300] if text.strip() else "unknown error"
-
-
-def _bytecode(module: Any) -> bytes:
-    from .lower import _bytecode as module_bytecode
-
-    return module_bytecode(module)
 
 
 def _name_module(lowered: Any, name: str) -> None:

@@ -170,13 +170,14 @@ def explain_compile_error(program: Program, target: str, error: Exception) -> Ex
     for segment in program.segments:
         lowered = lower(program, only=[segment.name])
         try:
-            compile_module(_bytecode(lowered.module), target)
+            compile_module(module_bytecode(lowered.module), target)
         except CompileError as segment_error:
             return _explain(segment, segment_error)
     return error
 
 
-def _bytecode(module: Any) -> bytes:
+def module_bytecode(module: Any) -> bytes:
+    """The module as MLIR bytecode: what iree-compile reads (text would spell out every weight)."""
     import io
 
     buffer = io.BytesIO()
@@ -190,12 +191,13 @@ def _explain(segment: Segment, error: Exception) -> UnsupportedOpError:
     for op in segment.nodes:
         name = op.target.split("::")[1].split(".")[0]
         if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
-            return UnsupportedOpError(op.target, op.source, segment.name, _first_line(text))
+            return UnsupportedOpError(op.target, op.source, segment.name, first_error_line(text))
     first = segment.nodes[0]
-    return UnsupportedOpError(first.target, first.source, segment.name, _first_line(text))
+    return UnsupportedOpError(first.target, first.source, segment.name, first_error_line(text))
 
 
-def _first_line(text: str) -> str:
+def first_error_line(text: str) -> str:
+    """The first `error:` line of a tool's output (or its first line)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     for line in lines:
         if "error:" in line:

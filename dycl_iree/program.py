@@ -281,26 +281,6 @@ def node_inputs(node: Node) -> Iterator[Value]:
         yield from arg_values(arg)
 
 
-def block_reads(block: Block) -> set[Value]:
-    """Values a block reads from outside itself (free variables)."""
-    defined: set[Value] = set(block.params)
-    reads: set[Value] = set()
-
-    def visit(inner: Block) -> None:
-        defined.update(inner.params)
-        for node in inner.nodes:
-            for value in node_inputs(node):
-                reads.add(value)
-            for nested in sub_blocks(node):
-                visit(nested)
-            defined.update(node.outputs)
-        for result in inner.results:
-            reads.update(arg_values(result))
-
-    visit(block)
-    return reads - defined
-
-
 def dispatch(visitor: Any, node: Node) -> Any:
     """Call the visitor's method for the node's kind: `tensor_op`, `host_op`, `segment_call`,
     `if_` or `loop`. Every walk over a Program (interpreters, host generators) dispatches here."""

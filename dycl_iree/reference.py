@@ -20,6 +20,7 @@ import torch
 
 from host_runtime import scalar_ops
 from host_runtime.errors import ModelRaised
+from host_runtime.runner import build_outputs
 
 from .program import Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
 from .specialize import overload_of
@@ -87,10 +88,3 @@ class ReferenceInterpreter(Walker):
             index += 1
         self.trips[node.label].append(index)
         return carried
-
-
-def build_outputs(tree: Any, leaves: list) -> Any:
-    """Rebuild the model's output structure (an int picks a leaf, a list is a tuple)."""
-    if isinstance(tree, int):
-        return leaves[tree]
-    return tuple(build_outputs(t, leaves) for t in tree)

@@ -161,7 +161,7 @@ class Runner:
         arguments = self.check_inputs(inputs)
         results = self._main(*arguments)
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
-        return _build(self._tree, leaves)
+        return build_outputs(self._tree, leaves)
 
     def check_inputs(self, inputs: tuple) -> list:
         """Convert and check the inputs before any device work; InputError names the bad one."""
@@ -265,10 +265,11 @@ def _shape_text(shape: list) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _build(tree: Any, leaves: list) -> Any:
+def build_outputs(tree: Any, leaves: list) -> Any:
+    """Rebuild the model's output structure from the manifest's tree (an int picks a leaf, a list is a tuple)."""
     if isinstance(tree, int):
         return leaves[tree]
-    return tuple(_build(t, leaves) for t in tree)
+    return tuple(build_outputs(t, leaves) for t in tree)
 
 
 def load(path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False) -> Runner:

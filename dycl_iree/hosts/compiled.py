@@ -449,9 +449,3 @@ def _result_type(arg: Arg) -> str:
     if isinstance(arg, ListArg):
         raise CompiledHostUnsupported("a list output")
     raise CompiledHostUnsupported(f"an output of kind {type(arg).__name__}")
-
-
-def uses_lists(program: Program) -> bool:
-    from ..program import iter_nodes
-
-    return any(isinstance(v.type, ListType) for node in iter_nodes(program.body) for v in node.outputs)
