@@ -17,7 +17,19 @@ import torch
 
 from host_runtime.bundle_format import FORMAT, MANIFEST, VERSION, sha256_file
 
-from .program import Constant, ListType, Program, ScalarType, TensorType, Type, Value, format_program
+from .program import (
+    Constant,
+    If,
+    ListType,
+    Loop,
+    Program,
+    ScalarType,
+    TensorType,
+    Type,
+    Value,
+    format_program,
+    iter_nodes,
+)
 
 PROGRAM_TEXT = "program.txt"
 PYTHON_HOST = "host.py"
@@ -114,6 +126,12 @@ def make_manifest(
         "host": host,
         "compiled_host_unsupported": compiled_host_unsupported,
         "segments": segments,
+        # Every data-dependent decision, as the Python host labels it when it records.
+        "decisions": [
+            {"label": node.label, "kind": "if" if isinstance(node, If) else "loop", "source": node.source}
+            for node in iter_nodes(program.body)
+            if isinstance(node, (If, Loop))
+        ],
         "weight_bytes": weight_bytes,
         "targets": targets,
         "python_host": PYTHON_HOST,

@@ -193,7 +193,13 @@ def verify(
     import host_runtime
 
     model = model.eval()
-    in_float64 = copy.deepcopy(model).double()
+    in_float64: list[torch.nn.Module] = []  # built on the first float output that needs it
+
+    def exact(sample: tuple) -> Any:
+        if not in_float64:
+            in_float64.append(copy.deepcopy(model).double())
+        return in_float64[0](*_widen(sample))
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         scripted = torch.jit.script(model)
@@ -213,7 +219,7 @@ def verify(
             if runner is not recorder:
                 recorder(*sample)
             report.samples += 1
-            if not compare(actual, expected, report.outputs, exact=lambda: in_float64(*_widen(sample))):
+            if not compare(actual, expected, report.outputs, exact=lambda: exact(sample)):
                 report.mismatched_samples += 1
             expected_labels, actual_labels = _labels(expected), _labels(actual)
             report.labels_total += len(expected_labels)
@@ -227,7 +233,7 @@ def verify(
                 report.trace_mismatches += int(wrong)
     report.decisions = {label: dict(sides) for label, sides in recorder.decisions.items()}
     report.trip_counts = {label: list(trips) for label, trips in recorder.trip_counts.items()}
-    report.uncovered = _uncovered(recorder, bundle_path)
+    report.uncovered = _uncovered(recorder)
     return report
 
 
@@ -269,32 +275,21 @@ def _to_numpy(outputs: Any) -> Any:
     return outputs
 
 
-def _uncovered(recorder: Any, bundle_path: str | Path) -> list[str]:
+def _uncovered(recorder: Any) -> list[str]:
     """Decisions that were not driven both ways, and loops that always ran the same count."""
-    source = (Path(bundle_path) / recorder.manifest["python_host"]).read_text()
     missing = []
-    for label in _labels_in(source, "decide("):
-        sides = recorder.decisions.get(label, {})
-        absent = [str(side).lower() for side in (True, False) if not sides.get(side)]
-        if absent:
-            missing.append(f"{label} never {' or '.join(absent)}")
-    for label in _labels_in(source, "trips("):
-        trips = recorder.trip_counts.get(label, [])
-        if len(set(trips)) < 2:
-            missing.append(f"{label} always ran {trips[0] if trips else 'no'} times")
+    for decision in recorder.manifest["decisions"]:
+        label = decision["label"]
+        if decision["kind"] == "if":
+            sides = recorder.decisions.get(label, {})
+            absent = [str(side).lower() for side in (True, False) if not sides.get(side)]
+            if absent:
+                missing.append(f"{label} never {' or '.join(absent)}")
+        else:
+            trips = recorder.trip_counts.get(label, [])
+            if len(set(trips)) < 2:
+                missing.append(f"{label} always ran {trips[0] if trips else 'no'} times")
     return missing
-
-
-def _labels_in(source: str, call: str) -> list[str]:
-    labels = []
-    for line in source.splitlines():
-        position = line.find(call)
-        if position >= 0:
-            rest = line[position + len(call) :]
-            quote = rest.find("'")
-            if quote >= 0:
-                labels.append(rest[quote + 1 : rest.find("'", quote + 1)])
-    return labels
 
 
 def main(args: argparse.Namespace) -> int:

@@ -31,6 +31,16 @@ def test_manifest_describes_signature_segments_host_and_files(exported) -> None:
     assert manifest["host"] == "compiled" and manifest["compiled_host_unsupported"] is None
     assert {"llvm-cpu.vmfb", "host.py", "program.txt"} <= set(manifest["files"])
     assert len(manifest["segments"]) == len(item.bundle.program.segments)
+    assert [(d["label"], d["kind"]) for d in manifest["decisions"]] == [("if0", "if")]
+    assert manifest["decisions"][0]["source"].endswith("programs.py:" + str(_line_of_exit_test()))
+
+
+def _line_of_exit_test() -> int:
+    """The line of EarlyExit's `if h.mean() > 0.5:` in models/programs.py."""
+    from models import programs
+
+    lines = Path(programs.__file__).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if "if h.mean() > 0.5:" in line)
 
 
 def _load_error(path: Path, **kwargs) -> str:
