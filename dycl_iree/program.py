@@ -295,6 +295,17 @@ def dispatch(visitor: Any, node: Node) -> Any:
     return visitor.loop(node)
 
 
+class Emitter:
+    """Base of the walks that write code for a partitioned Program (the two host generators)."""
+
+    def block(self, block: Block) -> None:
+        for node in block.nodes:
+            dispatch(self, node)
+
+    def tensor_op(self, node: TensorOp) -> None:
+        raise ValueError(f"{node.target} outside any segment: partition the Program before generating a host")
+
+
 class Walker:
     """Base class of every walk over a Program: one method per node kind, like torch.fx's Interpreter.
 

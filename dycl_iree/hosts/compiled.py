@@ -29,6 +29,7 @@ from ..program import (
     Arg,
     Block,
     Constant,
+    Emitter,
     HostOp,
     If,
     ListArg,
@@ -37,11 +38,9 @@ from ..program import (
     Program,
     ScalarType,
     SegmentCall,
-    TensorOp,
     TensorType,
     Type,
     Value,
-    dispatch,
 )
 
 INT64_MAX = 9223372036854775807
@@ -163,7 +162,7 @@ def _float_literal(value: float) -> str:
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter:
+class _Emitter(Emitter):
     def __init__(self, signatures: dict[str, tuple[list[str], list[str]]]) -> None:
         self.signatures = signatures
         self.lines: list[str] = []
@@ -234,13 +233,6 @@ class _Emitter:
         return result
 
     # -- nodes --------------------------------------------------------------------------------
-    def block(self, block: Block) -> None:
-        for node in block.nodes:
-            dispatch(self, node)
-
-    def tensor_op(self, node: TensorOp) -> None:
-        raise CompiledHostUnsupported("a tensor op outside any segment (partition the Program first)")
-
     def segment_call(self, node: SegmentCall) -> None:
         params, results = self.signatures[node.segment]
         operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]

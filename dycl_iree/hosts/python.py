@@ -20,7 +20,7 @@ from host_runtime import scalar_ops
 
 from ..program import (
     Arg,
-    Block,
+    Emitter,
     HostOp,
     If,
     ListArg,
@@ -28,13 +28,11 @@ from ..program import (
     Program,
     ScalarType,
     SegmentCall,
-    TensorOp,
     Value,
-    dispatch,
 )
 
 
-class _Writer:
+class _Writer(Emitter):
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.names: dict[Value, str] = {}
@@ -71,13 +69,6 @@ class _Writer:
         if len(values) == 1:
             return self.name(values[0]) + ","
         return ", ".join(self.name(v) for v in values)
-
-    def block(self, block: Block) -> None:
-        for node in block.nodes:
-            dispatch(self, node)
-
-    def tensor_op(self, node: TensorOp) -> None:
-        raise ValueError("partition the Program before generating its host")
 
     def segment_call(self, node: SegmentCall) -> None:
         args = []
