@@ -21,11 +21,10 @@ from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
 # "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu).
-# im2col turns convolutions into matmuls, which IREE's CPU backend tiles far better than the
-# direct NCHW convolutions torch-mlir produces: compiled host on the zoo, local-sync, batch 1
-# (median of 7 interleaved rounds): SkipNet-FF 5.56 -> 2.61 ms, MobileNet-SDN 0.49 -> 0.38,
-# RaNet 0.68 -> 0.57, SkipNet-RNN 2.65 -> 2.27, WRN-SDN 2.46 -> 2.19; VGG-SDN 0.32 -> 0.36 and
-# BlockDrop 2.43 -> 2.67 lose a little (see benchmarks/README.md).
+# Convolutions with kernels larger than 1x1 reach IREE already rewritten as strided copies and a
+# matmul (`lower.convolution_as_matmul`); im2col turns the 1x1 convolutions that remain into plain
+# matmuls, which IREE tiles far better than the direct NCHW convolutions torch-mlir produces
+# (without it, deepest path, local-sync: SDN-ResNet-56 0.95 -> 1.03 ms, WRN-SDN 1.72 -> 2.15 ms).
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",

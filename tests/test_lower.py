@@ -1,0 +1,116 @@
+"""Lower: the convolution rewrite matches PyTorch, in eager and after export through IREE."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dycl_iree
+from dycl_iree.lower import convolution_as_matmul
+
+
+def _rewrite(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    pair = lambda value: list(value) if isinstance(value, tuple) else [value, value]  # noqa: E731
+    return convolution_as_matmul(x, weight, bias, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups)
+
+
+CASES = {
+    # name: (input shape, weight shape, keyword arguments)
+    "3x3 same": ((1, 4, 9, 7), (6, 4, 3, 3), {"padding": 1}),
+    "3x3 stride 2 bias": ((1, 4, 9, 8), (5, 4, 3, 3), {"padding": 1, "stride": 2, "bias": True}),
+    "5x3 rectangular": ((1, 3, 10, 11), (2, 3, 5, 3), {"padding": (2, 1), "stride": (1, 2)}),
+    "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), {"padding": 2, "dilation": 2}),
+    "batch 3": ((3, 4, 6, 6), (4, 4, 3, 3), {"padding": 1, "bias": True}),
+    "no padding": ((1, 4, 7, 7), (4, 4, 3, 3), {}),
+    "depthwise": ((1, 6, 8, 8), (6, 1, 3, 3), {"padding": 1, "groups": 6, "bias": True}),
+    "depthwise stride 2 batch 2": ((2, 5, 9, 9), (5, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 5}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rewrite_matches_conv2d(name):
+    input_shape, weight_shape, options = CASES[name]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(input_shape, generator=generator)
+    weight = torch.randn(weight_shape, generator=generator)
+    options = dict(options)
+    bias = torch.randn(weight_shape[0], generator=generator) if options.pop("bias", False) else None
+    expected = F.conv2d(x, weight, bias, **options)
+    actual = _rewrite(x, weight, bias, **options)
+    assert actual is not NotImplemented
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "weight_shape, groups",
+    [((4, 4, 1, 1), 1), ((8, 2, 3, 3), 2), ((8, 1, 3, 3), 4)],
+    ids=["1x1 (IREE turns it into a matmul itself)", "grouped", "depthwise with a channel multiplier"],
+)
+def test_other_convolutions_are_left_to_iree(weight_shape, groups):
+    x = torch.randn(1, 4, 6, 6)
+    assert _rewrite(x, torch.randn(weight_shape), groups=groups) is NotImplemented
+    transposed = convolution_as_matmul(x, torch.randn(4, 4, 3, 3), None, [1, 1], [1, 1], [1, 1], True, [0, 0], 1)
+    assert transposed is NotImplemented
+
+
+class _ConvGate(nn.Module):
+    """Every rewritten form (plain, strided, dilated, depthwise) plus a 1x1 left to IREE, behind a
+    data-dependent branch, with a dynamic batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.strided = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
+        self.dilated = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pointwise = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        if bool(x.mean() > 0):
+            y = self.dilated(y)
+        else:
+            y = self.depthwise(y)
+        return self.pointwise(self.strided(y))
+
+
+def test_rewritten_convolutions_run_on_iree_with_a_dynamic_batch(tmp_path):
+    torch.manual_seed(0)
+    model = _ConvGate().eval()
+    example = torch.randn(2, 3, 10, 10)
+    bundle = dycl_iree.export(model, (example,), dynamic_shapes=({0: "batch"},))
+    path = bundle.save(tmp_path / "convgate.dycl")
+    run = dycl_iree.load(path, host="python", record=True)
+    scripted = torch.jit.script(model)
+    # One sample per side of the branch (and two batch sizes other than the example's).
+    low, high = torch.randn(1, 3, 10, 10) - 1.0, torch.randn(3, 3, 10, 10) + 1.0
+    assert float(low.mean()) < 0 < float(high.mean())
+    for x in (low, high):
+        got = run(x.numpy())
+        with torch.no_grad():
+            want = scripted(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (label,) = run.decisions
+    assert dict(run.decisions[label]) == {False: 1, True: 1}
+    compiled = dycl_iree.load(path, host="compiled")
+    for x in (low, high):
+        with torch.no_grad():
+            np.testing.assert_allclose(compiled(x.numpy()), scripted(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_only_the_1x1_convolution_reaches_iree_as_a_convolution():
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    model = _ConvGate().eval()
+    program = partition(specialize(capture(model), (torch.randn(2, 3, 10, 10),), ({0: "batch"},)))
+    text = str(lower(program).module)
+    assert text.count("torch.aten.convolution") == 1
+    assert "torch.aten.mm" in text or "torch.aten.bmm" in text
