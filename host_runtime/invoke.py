@@ -78,18 +78,65 @@ def to_numpy(value: Any) -> np.ndarray:
         return value.copy()
     if hasattr(value, "to_host"):
         return np.array(value.to_host())
-    return np.array(value.map().asarray(value.shape, _dtype(value.element_type)))
+    # The mapping's buffer protocol: about half the cost of `MappedMemory.asarray` (~0.9 vs 1.9 us
+    # for a small result on local-sync), which builds its array through a slower path.
+    return np.frombuffer(value.map(), _dtype(value.element_type)).reshape(value.shape).copy()
 
 
 def to_scalar(value: Any) -> Any:
-    """The one element of a tensor result, as a Python scalar (what TorchScript's Int/Bool read)."""
+    """The one element of a tensor result, as a Python scalar (what TorchScript's Int/Bool read).
+
+    This is the read-back of every data-dependent decision in the Python host, so it reads the
+    mapped bytes directly (~0.3 us on local-sync, against ~1.9 us through `asarray(...).item()`).
+    """
     if isinstance(value, np.ndarray):
         return value.item()
     if hasattr(value, "to_host"):
         return value.to_host().item()
-    return value.map().asarray(value.shape, _dtype(value.element_type)).item()
+    dtype = _dtype(value.element_type)
+    code = _SCALAR_CODES.get(dtype)
+    if code is None:  # float16 and others memoryview cannot cast to
+        return np.frombuffer(value.map(), dtype)[0].item()
+    return memoryview(value.map()).cast(code)[0]
 
 
+def upload(device: Any, array: np.ndarray, element_type: Any) -> Any:
+    """A device copy of a host array, as a HalBufferView: uploaded once, it can be passed to every
+    segment that reads it (passing the numpy array would copy it again on each call)."""
+    import iree.runtime as ireert
+
+    return device.allocator.allocate_buffer_copy(
+        memory_type=ireert.MemoryType.DEVICE_LOCAL,
+        allowed_usage=ireert.BufferUsage.DEFAULT,
+        device=device,
+        buffer=array,
+        element_type=element_type,
+    )
+
+
+def element_type_of(dtype: np.dtype) -> Any:
+    """The IREE element type of a numpy dtype (what `upload` needs)."""
+    from iree.runtime.array_interop import map_dtype_to_element_type
+
+    element_type = map_dtype_to_element_type(np.dtype(dtype))
+    if element_type is None:
+        raise ValueError(f"IREE has no element type for numpy dtype {dtype}")
+    return element_type
+
+
+_SCALAR_CODES: dict[np.dtype, str] = {
+    np.dtype(name): code
+    for name, code in [
+        ("float32", "f"),
+        ("float64", "d"),
+        ("int64", "q"),
+        ("int32", "i"),
+        ("int16", "h"),
+        ("int8", "b"),
+        ("uint8", "B"),
+        ("bool", "?"),
+    ]
+}
 _DTYPES: dict[int, np.dtype] = {}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .bundle_format import check_file, read_manifest
 from .errors import BundleError, InputError, ModelRaised
-from .invoke import Function, to_numpy, to_scalar
+from .invoke import Function, element_type_of, to_numpy, to_scalar, upload
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -142,9 +142,12 @@ class Runner:
             exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
             self._main = namespace["bind"](self.services)
         self._inputs = self.manifest["inputs"]
-        # The VM takes a bool argument of `main` (i1) as an int.
+        # The VM takes a bool argument of `main` (i1) as an int. The Python host uploads each tensor
+        # input once, since several segments may read it.
+        device = self._context.config.device if host == "python" else None
         self._checkers = [
-            _input_checker(i, spec, bool_as_int=host == "compiled") for i, spec in enumerate(self._inputs)
+            _input_checker(i, spec, bool_as_int=host == "compiled", upload_to=device)
+            for i, spec in enumerate(self._inputs)
         ]
         self._leaves = self.manifest["outputs"]["leaves"]
         self._tree = self.manifest["outputs"]["tree"]
@@ -192,16 +195,22 @@ class Runner:
         return value
 
 
-def _input_checker(position: int, spec: dict[str, Any], bool_as_int: bool) -> Callable[[Any], Any]:
-    """A function that checks and converts one input, built once per bundle (this is per-call work)."""
+def _input_checker(
+    position: int, spec: dict[str, Any], bool_as_int: bool, upload_to: Any = None
+) -> Callable[[Any], Any]:
+    """A function that checks and converts one input, built once per bundle (this is per-call work).
+
+    With `upload_to` (a device), a tensor input comes back as a buffer on that device.
+    """
     where = f"input {position} ({spec['name']!r})"
     kind = spec["kind"]
     if kind == "tensor":
         dtype = np.dtype(_NUMPY_DTYPES.get(spec["dtype"], spec["dtype"]))
         shape = tuple(spec["shape"])
         static = None not in shape
+        element_type = element_type_of(dtype) if upload_to is not None else None
 
-        def check_tensor(value: Any) -> np.ndarray:
+        def check_tensor(value: Any) -> Any:
             array = value if type(value) is np.ndarray else _to_numpy(value)
             if array is None:
                 raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
@@ -213,7 +222,9 @@ def _input_checker(position: int, spec: dict[str, Any], bool_as_int: bool) -> Ca
                     raise InputError(f"{where} must have rank {len(shape)} ({expected})")
                 dim = next(d for d, (w, h) in enumerate(zip(shape, array.shape)) if w is not None and w != h)
                 raise InputError(f"{where} must have size {shape[dim]} in dim {dim} ({expected})")
-            return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            return array if upload_to is None else upload(upload_to, array, element_type)
 
         return check_tensor
     if kind == "bool":
