@@ -41,8 +41,16 @@ def test_to_numpy_round_trips(device, name):
 
 @pytest.mark.parametrize(
     "array",
-    [np.array(True), np.array([False]), np.array([[1.5]], np.float32), np.array(0.1), np.array([[-7]], np.int64),
-     np.array(3, np.int32), np.array([200], np.uint8), np.array([[0.5]], np.float16)],
+    [
+        np.array(True),
+        np.array([False]),
+        np.array([[1.5]], np.float32),
+        np.array(0.1),
+        np.array([[-7]], np.int64),
+        np.array(3, np.int32),
+        np.array([200], np.uint8),
+        np.array([[0.5]], np.float16),
+    ],
     ids=lambda array: f"{array.dtype}{list(array.shape)}",
 )
 def test_to_scalar_reads_any_one_element_tensor(device, array):
