@@ -31,6 +31,7 @@ import torch
 import torch.fx as fx
 from torch.export import Dim
 
+from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value
 from .specialize import overload_of, torch_dtype
@@ -51,14 +52,12 @@ def lower(
     """Import every segment of `program` (or those named in `only`) into one MLIR module."""
     from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_dialect
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
     from torch_mlir.extras.fx_importer import FxImporter
 
     context = ir.Context()
     torch_dialect.register_dialect(context)
     importer = FxImporter(context=context)
-    decompositions = get_decomposition_table()
-    decompositions[torch.ops.aten.convolution.default] = convolution_as_matmul
+    decompositions = decomposition_table()
     constants: dict[int, tuple[str, torch.Tensor]] = {}
     for segment in program.segments:
         if only is not None and segment.name not in only:
@@ -78,72 +77,6 @@ def lower(
             raise _explain(segment, error) from error
     module = importer.module
     return LoweredModule(module, context, _signatures(module))
-
-
-def convolution_as_matmul(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
-    groups: int,
-) -> torch.Tensor:
-    """A 2-D convolution with a kernel larger than 1x1 as one strided slice of the input per kernel
-    tap: stacked and multiplied by the weight as one matmul, or, for a depthwise convolution,
-    multiplied by each tap's weights and summed element-wise.
-
-    IREE's CPU backend handles these convolutions badly at the small sizes dynamic networks use:
-    its direct NCHW convolution is slow, and its own im2col (`--iree-global-opt-use-im2col-for-
-    convs`) gathers through `(h + kh, w + kw)` indexing, which does not vectorize (on SDN-ResNet-56
-    the gathers took 65% of the time); its NCHW depthwise convolution runs at ~2 GFLOP/s. Each tap
-    here is a plain strided copy IREE vectorizes, and the weight, stacked in the same
-    channel-major order, needs only a reshape. Other convolutions (1x1, grouped with a channel
-    multiplier, transposed, 1-D/3-D) are left to IREE (`NotImplemented` keeps the op).
-
-    >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
-    >>> out = convolution_as_matmul(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1), atol=1e-5)
-    True
-    """
-    aten = torch.ops.aten
-    if transposed or input.dim() != 4 or weight.dim() != 4:
-        return NotImplemented
-    out_channels, group_channels, kernel_h, kernel_w = weight.shape
-    if not all(isinstance(size, int) for size in weight.shape) or kernel_h * kernel_w == 1:
-        return NotImplemented
-    depthwise = groups > 1 and group_channels == 1 and out_channels == groups
-    if groups != 1 and not depthwise:
-        return NotImplemented
-    batch, channels, height, width = input.shape
-    (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
-    padded = aten.constant_pad_nd(input, [pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else input
-    out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
-    out_w = (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
-    taps = []
-    for i in range(kernel_h):
-        for j in range(kernel_w):
-            rows = aten.slice(padded, 2, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
-            taps.append(aten.slice(rows, 3, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w))
-    if depthwise:
-        # One fused element-wise dispatch: out[c] = sum over taps of tap[c] * weight[c, tap].
-        tap_weights = weight.reshape(1, out_channels, kernel_h * kernel_w, 1)
-        out = None
-        for index, tap in enumerate(taps):
-            term = tap * aten.select(tap_weights, 2, index).reshape(1, out_channels, 1, 1)
-            out = term if out is None else out + term
-    else:
-        depth = channels * kernel_h * kernel_w
-        columns = aten.stack(taps, 2).reshape(batch, depth, out_h * out_w)  # channel-major, like weight
-        matrix = weight.reshape(out_channels, depth)
-        if isinstance(batch, int) and batch == 1:
-            out = aten.mm(matrix, columns.reshape(depth, out_h * out_w))
-        else:
-            out = aten.bmm(matrix.expand(batch, out_channels, depth), columns)
-        out = out.reshape(batch, out_channels, out_h, out_w)
-    return out if bias is None else out + bias.reshape(1, out_channels, 1, 1)
 
 
 def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:

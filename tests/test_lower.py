@@ -1,4 +1,5 @@
-"""Lower: the convolution rewrite matches PyTorch, in eager and after export through IREE."""
+"""Lower: the decompositions that replace PyTorch's (convolution, bilinear upsampling) match PyTorch,
+in eager and after export through IREE."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dycl_iree
-from dycl_iree.lower import convolution_as_matmul
+from dycl_iree.decompositions import convolution_as_matmul, upsample_bilinear_as_matmul
 
 
 def _rewrite(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -114,3 +115,28 @@ def test_only_the_1x1_convolution_reaches_iree_as_a_convolution():
     text = str(lower(program).module)
     assert text.count("torch.aten.convolution") == 1
     assert "torch.aten.mm" in text or "torch.aten.bmm" in text
+
+
+@pytest.mark.parametrize(
+    "size, out_size, align_corners, scale",
+    [
+        ((8, 8), (16, 16), False, 2.0),  # RaNet's case
+        ((3, 5), (7, 11), False, None),  # odd sizes from output_size
+        ((4, 6), (9, 13), True, None),
+        ((6, 6), (3, 4), False, None),  # downsampling
+        ((1, 4), (5, 8), True, None),  # a single row
+        ((5, 5), (12, 12), False, 2.5),  # the scale wins over the sizes, as in PyTorch
+    ],
+)
+def test_bilinear_upsampling_matches_pytorch(size, out_size, align_corners, scale):
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    scales = (scale, scale) if scale is not None else (None, None)
+    expected = torch._C._nn.upsample_bilinear2d(x, list(out_size), align_corners, *scales)
+    actual = upsample_bilinear_as_matmul(x, list(out_size), align_corners, *scales)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_upsampling_of_integers_is_left_to_torch_mlir():
+    x = torch.arange(16, dtype=torch.int64).reshape(1, 1, 4, 4)
+    assert upsample_bilinear_as_matmul(x, [8, 8], False) is NotImplemented
