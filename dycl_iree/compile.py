@@ -21,14 +21,16 @@ from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
 # "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu).
-# Convolutions with kernels larger than 1x1 reach IREE already rewritten as strided copies and a
-# matmul (`lower.convolution_as_matmul`); im2col turns the 1x1 convolutions that remain into plain
-# matmuls, which IREE tiles far better than the direct NCHW convolutions torch-mlir produces
-# (without it, deepest path, local-sync: SDN-ResNet-56 0.95 -> 1.03 ms, WRN-SDN 1.72 -> 2.15 ms).
+# Stride-1 and depthwise convolutions reach IREE already rewritten as copies and a matmul
+# (`decompositions.convolution_as_matmul`). im2col turns the others into matmuls, which IREE tiles
+# far better than the direct NCHW convolutions torch-mlir produces (deepest path, local-sync:
+# SDN-ResNet-56 0.95 -> 1.03 ms and WRN-SDN 1.72 -> 2.15 ms without it); its gather is
+# vectorized only with transfer_gather (SkipNet-FF, whose gates are strided, 1.85 -> 1.63 ms).
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-global-opt-use-im2col-for-convs",
+    "--iree-llvmcpu-experimental-vectorize-to-transfer-gather",
 ]
 TARGETS = {
     "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],

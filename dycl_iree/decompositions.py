@@ -41,17 +41,20 @@ def convolution_as_matmul(
     output_padding: Sequence[int],
     groups: int,
 ) -> torch.Tensor:
-    """A 2-D convolution with a kernel larger than 1x1 as one strided slice of the input per kernel
-    tap: stacked and multiplied by the weight as one matmul, or, for a depthwise convolution,
-    multiplied by each tap's weights and summed element-wise.
+    """A stride-1 2-D convolution with a kernel larger than 1x1 as one slice of the input per kernel
+    tap, stacked and multiplied by the weight as one matmul; a depthwise convolution (any stride)
+    as each tap times its weights, summed element-wise.
 
     IREE's CPU backend handles these convolutions badly at the small sizes dynamic networks use:
     its direct NCHW convolution is slow, and its own im2col (`--iree-global-opt-use-im2col-for-
-    convs`) gathers through `(h + kh, w + kw)` indexing, which does not vectorize (on SDN-ResNet-56
-    the gathers took 65% of the time); its NCHW depthwise convolution runs at ~2 GFLOP/s. Each tap
-    here is a plain strided copy IREE vectorizes, and the weight, stacked in the same
-    channel-major order, needs only a reshape. Other convolutions (1x1, grouped with a channel
-    multiplier, transposed, 1-D/3-D) are left to IREE (`NotImplemented` keeps the op).
+    convs`) gathers through `(h + kh, w + kw)` indexing, which it vectorizes only with
+    `--iree-llvmcpu-experimental-vectorize-to-transfer-gather` (without it those gathers took 65% of
+    SDN-ResNet-56's time); its NCHW depthwise convolution runs at ~2 GFLOP/s. Each tap here is a
+    plain copy, and the weight, stacked in the same channel-major order, needs only a reshape.
+    Left to IREE (`NotImplemented` keeps the op): strided convolutions, where IREE's one vectorized
+    gather beats nine strided copies (SkipNet-FF's strided gates: 1.85 -> 1.63 ms); 1x1
+    convolutions, which im2col turns into plain matmuls; grouped ones with a channel multiplier,
+    transposed, 1-D and 3-D ones.
 
     >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
     >>> out = convolution_as_matmul(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
@@ -64,7 +67,7 @@ def convolution_as_matmul(
     if not all(isinstance(size, int) for size in weight.shape) or kernel_h * kernel_w == 1:
         return NotImplemented
     depthwise = groups > 1 and group_channels == 1 and out_channels == groups
-    if groups != 1 and not depthwise:
+    if (groups != 1 and not depthwise) or (not depthwise and list(stride) != [1, 1]):
         return NotImplemented
     batch, channels, height, width = input.shape
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation

@@ -21,8 +21,8 @@ def _rewrite(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 CASES = {
     # name: (input shape, weight shape, keyword arguments)
     "3x3 same": ((1, 4, 9, 7), (6, 4, 3, 3), {"padding": 1}),
-    "3x3 stride 2 bias": ((1, 4, 9, 8), (5, 4, 3, 3), {"padding": 1, "stride": 2, "bias": True}),
-    "5x3 rectangular": ((1, 3, 10, 11), (2, 3, 5, 3), {"padding": (2, 1), "stride": (1, 2)}),
+    "3x3 bias": ((1, 4, 9, 8), (5, 4, 3, 3), {"padding": 1, "bias": True}),
+    "5x3 rectangular": ((1, 3, 10, 11), (2, 3, 5, 3), {"padding": (2, 1)}),
     "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), {"padding": 2, "dilation": 2}),
     "batch 3": ((3, 4, 6, 6), (4, 4, 3, 3), {"padding": 1, "bias": True}),
     "no padding": ((1, 4, 7, 7), (4, 4, 3, 3), {}),
@@ -47,20 +47,20 @@ def test_rewrite_matches_conv2d(name):
 
 
 @pytest.mark.parametrize(
-    "weight_shape, groups",
-    [((4, 4, 1, 1), 1), ((8, 2, 3, 3), 2), ((8, 1, 3, 3), 4)],
-    ids=["1x1 (IREE turns it into a matmul itself)", "grouped", "depthwise with a channel multiplier"],
+    "weight_shape, groups, stride",
+    [((4, 4, 1, 1), 1, 1), ((8, 2, 3, 3), 2, 1), ((8, 1, 3, 3), 4, 1), ((4, 4, 3, 3), 1, 2)],
+    ids=["1x1 (IREE turns it into a matmul itself)", "grouped", "depthwise with a channel multiplier", "strided"],
 )
-def test_other_convolutions_are_left_to_iree(weight_shape, groups):
+def test_other_convolutions_are_left_to_iree(weight_shape, groups, stride):
     x = torch.randn(1, 4, 6, 6)
-    assert _rewrite(x, torch.randn(weight_shape), groups=groups) is NotImplemented
+    assert _rewrite(x, torch.randn(weight_shape), groups=groups, stride=stride) is NotImplemented
     transposed = convolution_as_matmul(x, torch.randn(4, 4, 3, 3), None, [1, 1], [1, 1], [1, 1], True, [0, 0], 1)
     assert transposed is NotImplemented
 
 
 class _ConvGate(nn.Module):
-    """Every rewritten form (plain, strided, dilated, depthwise) plus a 1x1 left to IREE, behind a
-    data-dependent branch, with a dynamic batch."""
+    """Every rewritten form (plain, dilated, depthwise) and two left to IREE (strided, 1x1), behind
+    a data-dependent branch, with a dynamic batch."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,7 +104,7 @@ def test_rewritten_convolutions_run_on_iree_with_a_dynamic_batch(tmp_path):
             np.testing.assert_allclose(compiled(x.numpy()), scripted(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_only_the_1x1_convolution_reaches_iree_as_a_convolution():
+def test_only_the_strided_and_1x1_convolutions_reach_iree_as_convolutions():
     from dycl_iree.capture import capture
     from dycl_iree.lower import lower
     from dycl_iree.partition import partition
@@ -113,7 +113,7 @@ def test_only_the_1x1_convolution_reaches_iree_as_a_convolution():
     model = _ConvGate().eval()
     program = partition(specialize(capture(model), (torch.randn(2, 3, 10, 10),), ({0: "batch"},)))
     text = str(lower(program).module)
-    assert text.count("torch.aten.convolution") == 1
+    assert text.count("torch.aten.convolution") == 2
     assert "torch.aten.mm" in text or "torch.aten.bmm" in text
 
 
