@@ -70,6 +70,10 @@ def convolution_as_matmul(
     if (groups != 1 and not depthwise) or (not depthwise and list(stride) != [1, 1]):
         return NotImplemented
     batch, channels, height, width = input.shape
+    if not (isinstance(height, int) and isinstance(width, int)):
+        # With dynamic spatial dims, the rewritten segment is not inlined into the compiled host's
+        # branches, and iree-compile's torch-iree-func-conversion then rejects the call.
+        return NotImplemented
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
     padded = aten.constant_pad_nd(input, [pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else input
     out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1

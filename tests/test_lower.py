@@ -79,29 +79,36 @@ class _ConvGate(nn.Module):
         return self.pointwise(self.strided(y))
 
 
-def test_rewritten_convolutions_run_on_iree_with_a_dynamic_batch(tmp_path):
+@pytest.mark.parametrize(
+    "dynamic_shapes, shapes",
+    [
+        (({0: "batch"},), [(1, 3, 10, 12), (3, 3, 10, 12)]),
+        # Dynamic spatial dims keep IREE's convolutions (see convolution_as_matmul).
+        (({0: "batch", 2: "height", 3: "width"},), [(1, 3, 8, 8), (3, 3, 14, 6)]),
+    ],
+    ids=["dynamic batch", "dynamic batch, height and width"],
+)
+def test_rewritten_convolutions_run_on_iree(tmp_path, dynamic_shapes, shapes):
     torch.manual_seed(0)
     model = _ConvGate().eval()
-    example = torch.randn(2, 3, 10, 10)
-    bundle = dycl_iree.export(model, (example,), dynamic_shapes=({0: "batch"},))
+    bundle = dycl_iree.export(model, (torch.randn(2, 3, 10, 12),), dynamic_shapes=dynamic_shapes)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
     path = bundle.save(tmp_path / "convgate.dycl")
     run = dycl_iree.load(path, host="python", record=True)
+    compiled = dycl_iree.load(path, host="compiled")
     scripted = torch.jit.script(model)
-    # One sample per side of the branch (and two batch sizes other than the example's).
-    low, high = torch.randn(1, 3, 10, 10) - 1.0, torch.randn(3, 3, 10, 10) + 1.0
+    # One sample per side of the branch, at sizes other than the example's.
+    low, high = torch.randn(shapes[0]) - 1.0, torch.randn(shapes[1]) + 1.0
     assert float(low.mean()) < 0 < float(high.mean())
     for x in (low, high):
-        got = run(x.numpy())
         with torch.no_grad():
             want = scripted(x).numpy()
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        for host in (run, compiled):
+            got = host(x.numpy())
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     (label,) = run.decisions
     assert dict(run.decisions[label]) == {False: 1, True: 1}
-    compiled = dycl_iree.load(path, host="compiled")
-    for x in (low, high):
-        with torch.no_grad():
-            np.testing.assert_allclose(compiled(x.numpy()), scripted(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_only_the_strided_and_1x1_convolutions_reach_iree_as_convolutions():
