@@ -15,7 +15,7 @@ import numpy as np
 
 from .bundle_format import check_file, read_manifest
 from .errors import BundleError, InputError, ModelRaised
-from .invoke import Function, element_type_of, to_numpy, to_scalar, upload
+from .invoke import bind_function, element_type_of, to_numpy, to_scalar, upload
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -55,7 +55,7 @@ class HostServices:
 
     def segment(self, name: str) -> Callable[..., tuple]:
         """The segment function; it returns a tuple of buffers that stay on the device."""
-        return Function(self._context, self._module, name, self._segments[name], all_tensors=True)
+        return bind_function(self._context, self._module, name, self._segments[name], all_tensors=True)
 
     # `.item()` semantics: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d.
     @staticmethod
@@ -134,7 +134,7 @@ class Runner:
         segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
         self.services = HostServices(self._context, module, segments, record)
         if host == "compiled":
-            self._main = Function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
+            self._main = bind_function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
         else:
             source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
             namespace: dict[str, Any] = {}
