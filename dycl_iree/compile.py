@@ -24,8 +24,8 @@ from .errors import CompileError, DyclError
 # Stride-1 and depthwise convolutions reach IREE already rewritten as copies and a matmul
 # (`decompositions.convolution_as_matmul`). im2col turns the others into matmuls, which IREE tiles
 # far better than the direct NCHW convolutions torch-mlir produces (deepest path, local-sync:
-# SDN-ResNet-56 0.95 -> 1.03 ms and WRN-SDN 1.72 -> 2.15 ms without it); its gather is
-# vectorized only with transfer_gather (SkipNet-FF, whose gates are strided, 1.85 -> 1.63 ms).
+# SDN-ResNet-56 1.03 ms with it, 1.15 without; WRN-SDN 1.75 and 2.14); its gather is vectorized
+# only with transfer_gather (SkipNet-FF, whose gates are strided: 1.85 -> 1.63 ms).
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",

@@ -82,10 +82,8 @@ def to_numpy(value: Any) -> np.ndarray:
 
     A Python host can also return a numpy input unchanged (a loop that ran zero times).
     """
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if hasattr(value, "to_host"):
-        return np.array(value.to_host())
+    if not hasattr(value, "map"):  # a numpy input returned as is, or a DeviceArray (fallback path)
+        return value.copy() if isinstance(value, np.ndarray) else np.array(value.to_host())
     # The mapping's buffer protocol: about half the cost of `MappedMemory.asarray` (~0.9 vs 1.9 us
     # for a small result on local-sync), which builds its array through a slower path.
     return np.frombuffer(value.map(), _dtype(value.element_type)).reshape(value.shape).copy()
