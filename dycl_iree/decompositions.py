@@ -53,8 +53,8 @@ def convolution_as_matmul(
     plain copy, and the weight, stacked in the same channel-major order, needs only a reshape.
     Left to IREE (`NotImplemented` keeps the op): strided convolutions, where IREE's one vectorized
     gather beats nine strided copies (SkipNet-FF's strided gates: 1.85 -> 1.63 ms); 1x1
-    convolutions, which im2col turns into plain matmuls; grouped ones with a channel multiplier,
-    transposed, 1-D and 3-D ones.
+    convolutions, which im2col turns into plain matmuls; convolutions with a dynamic height or
+    width; grouped ones with a channel multiplier; transposed, 1-D and 3-D ones.
 
     >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
     >>> out = convolution_as_matmul(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
