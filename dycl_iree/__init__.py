@@ -166,6 +166,23 @@ def _append_main(lowered: Any, main_text: str) -> None:
     main = list(scratch.body.operations)[-1]
     main = main.detach_from_parent()
     lowered.module.body.append(main)
+    _inline_segments_into_main(lowered)
+
+
+def _inline_segments_into_main(lowered: Any) -> None:
+    """Inline the segment calls of `main` while the module is still in the torch dialect.
+
+    iree-compile inlines them itself, but only after lowering to linalg, and a segment that slices
+    along a dynamic dim then holds `affine.apply` ops, which MLIR's inliner does not move into the
+    region of an `scf.if`; the call survives, and `torch-iree-func-conversion` rejects it ("'func.call'
+    op 'seg1' does not reference a valid function"). In the torch dialect every call inlines. The
+    segments stay as public functions for the Python host; no simplification pipeline runs, so they
+    are unchanged.
+    """
+    from torch_mlir.passmanager import PassManager
+
+    with lowered.context:
+        PassManager.parse("builtin.module(inline{default-pipeline=})").run(lowered.module.operation)
 
 
 def _remove_main(lowered: Any) -> None:

@@ -53,8 +53,8 @@ def convolution_as_matmul(
     plain copy, and the weight, stacked in the same channel-major order, needs only a reshape.
     Left to IREE (`NotImplemented` keeps the op): strided convolutions, where IREE's one vectorized
     gather beats nine strided copies (SkipNet-FF's strided gates: 1.85 -> 1.63 ms); 1x1
-    convolutions, which im2col turns into plain matmuls; convolutions with a dynamic height or
-    width; grouped ones with a channel multiplier; transposed, 1-D and 3-D ones.
+    convolutions, which im2col turns into plain matmuls; grouped ones with a channel multiplier;
+    transposed, 1-D and 3-D ones.
 
     >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
     >>> out = convolution_as_matmul(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
@@ -70,10 +70,6 @@ def convolution_as_matmul(
     if (groups != 1 and not depthwise) or (not depthwise and list(stride) != [1, 1]):
         return NotImplemented
     batch, channels, height, width = input.shape
-    if not (isinstance(height, int) and isinstance(width, int)):
-        # With dynamic spatial dims, the rewritten segment is not inlined into the compiled host's
-        # branches, and iree-compile's torch-iree-func-conversion then rejects the call.
-        return NotImplemented
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
     padded = aten.constant_pad_nd(input, [pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else input
     out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1

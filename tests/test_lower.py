@@ -83,7 +83,8 @@ class _ConvGate(nn.Module):
     "dynamic_shapes, shapes",
     [
         (({0: "batch"},), [(1, 3, 10, 12), (3, 3, 10, 12)]),
-        # Dynamic spatial dims keep IREE's convolutions (see convolution_as_matmul).
+        # Rewritten with dynamic sizes, the segments slice along dynamic dims: they must still be
+        # inlined into the compiled host's branches (dycl_iree._inline_segments_into_main).
         (({0: "batch", 2: "height", 3: "width"},), [(1, 3, 8, 8), (3, 3, 14, 6)]),
     ],
     ids=["dynamic batch", "dynamic batch, height and width"],
@@ -147,3 +148,19 @@ def test_bilinear_upsampling_matches_pytorch(size, out_size, align_corners, scal
 def test_upsampling_of_integers_is_left_to_torch_mlir():
     x = torch.arange(16, dtype=torch.int64).reshape(1, 1, 4, 4)
     assert upsample_bilinear_as_matmul(x, [8, 8], False) is NotImplemented
+
+
+class _RollOnOneSide(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > 0):
+            return torch.cat([x[:, 1:], x[:, :1]], 1) * 2.0
+        return x - 1.0
+
+
+def test_a_branch_that_slices_along_a_dynamic_dim_keeps_the_compiled_host(tmp_path):
+    model = _RollOnOneSide()
+    bundle = dycl_iree.export(model, (torch.randn(2, 8),), dynamic_shapes=({1: "n"},))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    run = dycl_iree.load(bundle.save(tmp_path / "roll.dycl"), host="compiled")
+    for x in (torch.randn(2, 5).abs(), -torch.randn(2, 11).abs()):
+        np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6)
