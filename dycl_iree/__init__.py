@@ -100,6 +100,7 @@ def export(
     if main_text is not None:
         try:
             _append_main(lowered, main_text)
+            _inline_segments_into_main(lowered)
         except CompiledHostUnsupported as reason:
             unsupported, main_text = str(reason), None
 
@@ -166,7 +167,6 @@ def _append_main(lowered: Any, main_text: str) -> None:
     main = list(scratch.body.operations)[-1]
     main = main.detach_from_parent()
     lowered.module.body.append(main)
-    _inline_segments_into_main(lowered)
 
 
 def _inline_segments_into_main(lowered: Any) -> None:

@@ -31,6 +31,9 @@ from ..program import (
     Value,
 )
 
+# TorchScript's reads of a one-element tensor as a host scalar, and the runtime service for each.
+_READ_BACKS = {"aten::Bool.Tensor": "to_bool", "aten::Int.Tensor": "to_int", "aten::Float.Tensor": "to_float"}
+
 
 class _Writer(Emitter):
     def __init__(self) -> None:
@@ -87,12 +90,8 @@ class _Writer(Emitter):
         args = [self.expr(a) for a in node.args]
         out = self.name(node.outputs[0]) if node.outputs else ""
         source = f"    # {node.source}" if node.source else ""
-        if target == "aten::Bool.Tensor":
-            self.emit(f"{out} = to_bool({args[0]}){source}")
-        elif target == "aten::Int.Tensor":
-            self.emit(f"{out} = to_int({args[0]}){source}")
-        elif target == "aten::Float.Tensor":
-            self.emit(f"{out} = to_float({args[0]}){source}")
+        if target in _READ_BACKS:
+            self.emit(f"{out} = {_READ_BACKS[target]}({args[0]}){source}")
         elif target == "aten::size.int":
             self.emit(f"{out} = {args[0]}.shape[{args[1]}]{source}")
         elif target == "aten::tensor":
