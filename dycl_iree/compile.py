@@ -21,16 +21,16 @@ from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
 # "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu).
-# Stride-1 and depthwise convolutions reach IREE already rewritten as copies and a matmul
-# (`decompositions.convolution_as_matmul`). im2col turns the others into matmuls, which IREE tiles
-# far better than the direct NCHW convolutions torch-mlir produces (deepest path, local-sync:
-# SDN-ResNet-56 1.03 ms with it, 1.15 without; WRN-SDN 1.75 and 2.14); its gather is vectorized
-# only with transfer_gather (SkipNet-FF, whose gates are strided: 1.85 -> 1.63 ms).
+# Convolutions run channels-last: IREE's preprocessing converts each NCHW convolution to NHWC, and
+# the transposes between neighbouring convolutions cancel in global optimization. IREE's direct NHWC
+# convolution beats both its im2col + matmul and the per-tap copies + matmul this exporter used
+# before (two 3x3 convolutions, 32 channels at 16x16: 78 us against 107 and 111; deepest path of
+# WRN-SDN 1.86 -> 1.45 ms). Filters reach IREE pre-transposed (`lower._constant_filter`) and
+# depthwise convolutions as channels-last taps (`decompositions.depthwise_convolution_as_taps`).
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-global-opt-use-im2col-for-convs",
-    "--iree-llvmcpu-experimental-vectorize-to-transfer-gather",
+    "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
 ]
 TARGETS = {
     "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],

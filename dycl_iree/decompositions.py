@@ -1,11 +1,11 @@
 """How `lower` decomposes aten ops: torch-mlir's table, plus rewrites of ops that IREE's CPU backend
-compiles badly at the sizes dynamic networks use, into forms it handles well (strided copies,
-matmuls, fused element-wise ops). Each rewrite returns `NotImplemented` for the cases it does not
+compiles badly at the sizes dynamic networks use, into forms it handles well (fused element-wise
+ops, matmuls). Each rewrite returns `NotImplemented` for the cases it does not
 cover, which keeps the op as it is.
 
 Example:
     >>> table = decomposition_table()
-    >>> table[torch.ops.aten.convolution.default] is convolution_as_matmul
+    >>> table[torch.ops.aten.convolution.default] is depthwise_convolution_as_taps
     True
 """
 
@@ -23,14 +23,14 @@ def decomposition_table() -> dict[Any, Any]:
     """torch-mlir's decompositions for `ExportedProgram.run_decompositions`, with ours on top."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    table = get_decomposition_table()
-    table[aten.convolution.default] = convolution_as_matmul
+    table = dict(get_decomposition_table())  # a copy: torch-mlir returns its own cached dict
+    table[aten.convolution.default] = depthwise_convolution_as_taps
     table[aten.upsample_bilinear2d.default] = upsample_bilinear_as_matmul
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
     return table
 
 
-def convolution_as_matmul(
+def depthwise_convolution_as_taps(
     input: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -41,61 +41,47 @@ def convolution_as_matmul(
     output_padding: Sequence[int],
     groups: int,
 ) -> torch.Tensor:
-    """A stride-1 2-D convolution with a kernel larger than 1x1 as one slice of the input per kernel
-    tap, stacked and multiplied by the weight as one matmul; a depthwise convolution (any stride)
-    as each tap times its weights, summed element-wise.
+    """A depthwise 2-D convolution (any stride, padding, dilation) as each kernel tap times its
+    per-channel weights, summed element-wise in channels-last (NHWC) order.
 
-    IREE's CPU backend handles these convolutions badly at the small sizes dynamic networks use:
-    its direct NCHW convolution is slow, and its own im2col (`--iree-global-opt-use-im2col-for-
-    convs`) gathers through `(h + kh, w + kw)` indexing, which it vectorizes only with
-    `--iree-llvmcpu-experimental-vectorize-to-transfer-gather` (without it those gathers took 65% of
-    SDN-ResNet-56's time); its NCHW depthwise convolution runs at ~2 GFLOP/s. Each tap here is a
-    plain copy, and the weight, stacked in the same channel-major order, needs only a reshape.
-    Left to IREE (`NotImplemented` keeps the op): strided convolutions, where IREE's one vectorized
-    gather beats nine strided copies (SkipNet-FF's strided gates: 1.85 -> 1.63 ms); 1x1
-    convolutions, which im2col turns into plain matmuls; grouped ones with a channel multiplier;
-    transposed, 1-D and 3-D ones.
+    Every other convolution is left to IREE (`NotImplemented` keeps the op), which converts it to
+    channels-last and runs it as a direct convolution (`compile.py`). IREE's own depthwise
+    convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC too; the taps fuse into
+    one element-wise dispatch. They are taken in NHWC so that each tap reads whole channel vectors
+    and so that the transposes around the neighbouring channels-last convolutions cancel
+    (SDN-MobileNet: the same taps in NCHW order cost 65 us per dispatch against 5 us here). The
+    weight arrives as `permute(filter_hwcf)` (`lower._segment_graph` stores filters so); permuting
+    it back to HWCF here cancels that at compile time, and each tap's weights are one contiguous row.
 
-    >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
-    >>> out = convolution_as_matmul(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1), atol=1e-5)
+    >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(3, 1, 3, 3)
+    >>> out = depthwise_convolution_as_taps(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 3)
+    >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1, groups=3), atol=1e-5)
     True
     """
     if transposed or input.dim() != 4 or weight.dim() != 4:
         return NotImplemented
     out_channels, group_channels, kernel_h, kernel_w = weight.shape
-    if not all(isinstance(size, int) for size in weight.shape) or kernel_h * kernel_w == 1:
+    if not (groups > 1 and group_channels == 1 and out_channels == groups):
         return NotImplemented
-    depthwise = groups > 1 and group_channels == 1 and out_channels == groups
-    if (groups != 1 and not depthwise) or (not depthwise and list(stride) != [1, 1]):
+    if not all(isinstance(size, int) for size in (out_channels, kernel_h, kernel_w)):
         return NotImplemented
-    batch, channels, height, width = input.shape
+    _, _, height, width = input.shape
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
-    padded = aten.constant_pad_nd(input, [pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else input
+    nhwc = aten.permute(input, [0, 2, 3, 1])
+    padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else nhwc
     out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
     out_w = (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
-    taps = []
+    tap_weights = aten.permute(weight, [2, 3, 1, 0]).reshape(kernel_h * kernel_w, out_channels)
+    out = None
     for i in range(kernel_h):
+        rows = aten.slice(padded, 1, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
         for j in range(kernel_w):
-            rows = aten.slice(padded, 2, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
-            taps.append(aten.slice(rows, 3, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w))
-    if depthwise:
-        # One fused element-wise dispatch: out[c] = sum over taps of tap[c] * weight[c, tap].
-        tap_weights = weight.reshape(1, out_channels, kernel_h * kernel_w, 1)
-        out = None
-        for index, tap in enumerate(taps):
-            term = tap * aten.select(tap_weights, 2, index).reshape(1, out_channels, 1, 1)
+            tap = aten.slice(rows, 2, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w)
+            term = tap * aten.select(tap_weights, 0, i * kernel_w + j)
             out = term if out is None else out + term
-    else:
-        depth = channels * kernel_h * kernel_w
-        columns = aten.stack(taps, 2).reshape(batch, depth, out_h * out_w)  # channel-major, like weight
-        matrix = weight.reshape(out_channels, depth)
-        if isinstance(batch, int) and batch == 1:
-            out = aten.mm(matrix, columns.reshape(depth, out_h * out_w))
-        else:
-            out = aten.bmm(matrix.expand(batch, out_channels, depth), columns)
-        out = out.reshape(batch, out_channels, out_h, out_w)
-    return out if bias is None else out + bias.reshape(1, out_channels, 1, 1)
+    if bias is not None:
+        out = out + bias
+    return aten.permute(out, [0, 3, 1, 2])
 
 
 def upsample_bilinear_as_matmul(

@@ -1,5 +1,5 @@
-"""Lower: the decompositions that replace PyTorch's (convolution, bilinear upsampling) match PyTorch,
-in eager and after export through IREE."""
+"""Lower: the decompositions that replace PyTorch's (depthwise convolution, bilinear upsampling) match
+PyTorch, in eager and after export through IREE; convolution filters reach IREE pre-transposed."""
 
 from __future__ import annotations
 
@@ -10,24 +10,24 @@ import torch.nn.functional as F
 from torch import nn
 
 import dycl_iree
-from dycl_iree.decompositions import convolution_as_matmul, upsample_bilinear_as_matmul
+from dycl_iree.decompositions import decomposition_table, depthwise_convolution_as_taps, upsample_bilinear_as_matmul
 
 
 def _rewrite(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     pair = lambda value: list(value) if isinstance(value, tuple) else [value, value]  # noqa: E731
-    return convolution_as_matmul(x, weight, bias, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups)
+    return depthwise_convolution_as_taps(
+        x, weight, bias, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups
+    )
 
 
 CASES = {
     # name: (input shape, weight shape, keyword arguments)
-    "3x3 same": ((1, 4, 9, 7), (6, 4, 3, 3), {"padding": 1}),
-    "3x3 bias": ((1, 4, 9, 8), (5, 4, 3, 3), {"padding": 1, "bias": True}),
-    "5x3 rectangular": ((1, 3, 10, 11), (2, 3, 5, 3), {"padding": (2, 1)}),
-    "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), {"padding": 2, "dilation": 2}),
-    "batch 3": ((3, 4, 6, 6), (4, 4, 3, 3), {"padding": 1, "bias": True}),
-    "no padding": ((1, 4, 7, 7), (4, 4, 3, 3), {}),
-    "depthwise": ((1, 6, 8, 8), (6, 1, 3, 3), {"padding": 1, "groups": 6, "bias": True}),
-    "depthwise stride 2 batch 2": ((2, 5, 9, 9), (5, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 5}),
+    "3x3 same": ((1, 6, 8, 8), (6, 1, 3, 3), {"padding": 1, "groups": 6}),
+    "bias": ((1, 6, 8, 9), (6, 1, 3, 3), {"padding": 1, "groups": 6, "bias": True}),
+    "stride 2 batch 2": ((2, 5, 9, 9), (5, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 5}),
+    "5x3 rectangular": ((1, 3, 10, 11), (3, 1, 5, 3), {"padding": (2, 1), "groups": 3}),
+    "dilated": ((1, 2, 12, 12), (2, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
+    "no padding, stride 2x1": ((1, 4, 7, 7), (4, 1, 3, 3), {"stride": (2, 1), "groups": 4}),
 }
 
 
@@ -48,19 +48,26 @@ def test_rewrite_matches_conv2d(name):
 
 @pytest.mark.parametrize(
     "weight_shape, groups, stride",
-    [((4, 4, 1, 1), 1, 1), ((8, 2, 3, 3), 2, 1), ((8, 1, 3, 3), 4, 1), ((4, 4, 3, 3), 1, 2)],
-    ids=["1x1 (IREE turns it into a matmul itself)", "grouped", "depthwise with a channel multiplier", "strided"],
+    [((4, 4, 3, 3), 1, 1), ((4, 4, 1, 1), 1, 1), ((8, 2, 3, 3), 2, 1), ((8, 1, 3, 3), 4, 1), ((4, 4, 3, 3), 1, 2)],
+    ids=["3x3", "1x1", "grouped", "depthwise with a channel multiplier", "strided"],
 )
 def test_other_convolutions_are_left_to_iree(weight_shape, groups, stride):
     x = torch.randn(1, 4, 6, 6)
     assert _rewrite(x, torch.randn(weight_shape), groups=groups, stride=stride) is NotImplemented
-    transposed = convolution_as_matmul(x, torch.randn(4, 4, 3, 3), None, [1, 1], [1, 1], [1, 1], True, [0, 0], 1)
-    assert transposed is NotImplemented
+    weight = torch.randn(4, 1, 3, 3)
+    assert depthwise_convolution_as_taps(x, weight, None, [1, 1], [1, 1], [1, 1], True, [0, 0], 4) is NotImplemented
+
+
+def test_the_table_leaves_torch_mlirs_own_table_alone():
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    assert decomposition_table()[torch.ops.aten.convolution.default] is depthwise_convolution_as_taps
+    assert torch.ops.aten.convolution.default not in get_decomposition_table()
 
 
 class _ConvGate(nn.Module):
-    """Every rewritten form (plain, dilated, depthwise) and two left to IREE (strided, 1x1), behind
-    a data-dependent branch, with a dynamic batch."""
+    """Convolutions of every kind behind a data-dependent branch: plain, strided, dilated and 1x1
+    (channels-last in IREE, filters pre-transposed) and depthwise (rewritten as taps)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -83,7 +90,7 @@ class _ConvGate(nn.Module):
     "dynamic_shapes, shapes",
     [
         (({0: "batch"},), [(1, 3, 10, 12), (3, 3, 10, 12)]),
-        # Rewritten with dynamic sizes, the segments slice along dynamic dims: they must still be
+        # With dynamic sizes, the depthwise taps slice along dynamic dims: the segments must still be
         # inlined into the compiled host's branches (dycl_iree._inline_segments_into_main).
         (({0: "batch", 2: "height", 3: "width"},), [(1, 3, 8, 8), (3, 3, 14, 6)]),
     ],
@@ -112,7 +119,7 @@ def test_rewritten_convolutions_run_on_iree(tmp_path, dynamic_shapes, shapes):
     assert dict(run.decisions[label]) == {False: 1, True: 1}
 
 
-def test_only_the_strided_and_1x1_convolutions_reach_iree_as_convolutions():
+def test_convolutions_reach_iree_with_hwcf_filters_and_depthwise_ones_as_taps():
     from dycl_iree.capture import capture
     from dycl_iree.lower import lower
     from dycl_iree.partition import partition
@@ -121,8 +128,12 @@ def test_only_the_strided_and_1x1_convolutions_reach_iree_as_convolutions():
     model = _ConvGate().eval()
     program = partition(specialize(capture(model), (torch.randn(2, 3, 10, 10),), ({0: "batch"},)))
     text = str(lower(program).module)
-    assert text.count("torch.aten.convolution") == 2
-    assert "torch.aten.mm" in text or "torch.aten.bmm" in text
+    # stem, strided, dilated and pointwise stay convolutions; the depthwise one became taps.
+    assert text.count("torch.aten.convolution") == 4
+    for conv in (model.stem, model.strided, model.dilated, model.pointwise, model.depthwise):
+        out_channels, in_channels, kernel_h, kernel_w = conv.weight.shape
+        assert f"!torch.vtensor<[{kernel_h},{kernel_w},{in_channels},{out_channels}],f32>" in text, conv
+    assert text.count("torch.aten.permute") >= 5 + 2  # five filters; the taps' input and output
 
 
 @pytest.mark.parametrize(
