@@ -11,7 +11,7 @@ is the truly data-dependent control flow, emitted as a `Program` with inline `Te
 Shapes come from running each tensor op on meta tensors of the example ("hint") sizes. A dim is
 dynamic (`None`) when the user declares it, when it differs between the two sides of a branch or
 between loop iterations, or when it changes if the dynamic dims and run-time ints it depends on
-change (a second meta run with those perturbed).
+change (two more meta runs with those perturbed, by +1 and to 2h + 1).
 
 TorchScript mutates lists (`aten::append`) and tensors (`add_`) in place; the Program is SSA, so a
 mutation rebinds the TorchScript value to a new Program value, and values mutated inside a branch
@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -618,24 +618,25 @@ class _Specializer:
             result = _call(overload, args, kwargs, lambda a: _real(a), source, target)
             self._bind_results(outputs_ts, returns, result, fold=True)
             return
-        meta_a = _call(overload, args, kwargs, lambda a: self.meta(a, perturb=False), source, target)
+        meta_a = _call(overload, args, kwargs, lambda a: self.meta(a), source, target)
         results_a = _result_tensors(meta_a, returns)
-        shapes_b: list | None = None
+        perturbed: list[list[tuple]] = []
         if any(_is_dynamic(v) for v in values_in):
-            try:
-                meta_b = overload(
-                    *_convert(args, lambda a: self.meta(a, perturb=True)),
-                    **dict(_convert_kwargs(kwargs, lambda a: self.meta(a, perturb=True))),
-                )
-                shapes_b = [tuple(t.shape) for t in _result_tensors(meta_b, returns)]
-            except Exception:
-                shapes_b = [tuple(None for _ in t.shape) for t in results_a]
+            for perturbation in _PERTURBATIONS:
+                try:
+                    meta_b = overload(
+                        *_convert(args, lambda a, p=perturbation: self.meta(a, p)),
+                        **dict(_convert_kwargs(kwargs, lambda a, p=perturbation: self.meta(a, p))),
+                    )
+                    perturbed.append([tuple(t.shape) for t in _result_tensors(meta_b, returns)])
+                except Exception:
+                    perturbed.append([tuple(None for _ in t.shape) for t in results_a])
         outputs: list[Value] = []
         for position, tensor in enumerate(results_a):
             shape_a = tuple(int(d) for d in tensor.shape)
-            shape = shape_a
-            if shapes_b is not None:
-                shape = tuple(d if d == e else None for d, e in zip(shape_a, shapes_b[position]))
+            shape = tuple(
+                d if all(shapes[position][dim] == d for shapes in perturbed) else None for dim, d in enumerate(shape_a)
+            )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
             name = _name(outputs_ts[0]) if returns == "single" else "t"
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
@@ -656,7 +657,7 @@ class _Specializer:
         values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
         if any(_is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
-        self.bind_constants(node, _call(overload, args, kwargs, lambda a: self.meta(a, perturb=False), source, target))
+        self.bind_constants(node, _call(overload, args, kwargs, lambda a: self.meta(a), source, target))
 
     def bind_constants(self, node: torch._C.Node, result: Any) -> None:
         """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
@@ -677,16 +678,17 @@ class _Specializer:
             items = tuple(Constant(t) for t in result) if fold else tuple(result)
             self.bind(outputs_ts[0], ListArg(items))
 
-    def meta(self, arg: Any, perturb: bool) -> Any:
-        """A stand-in for `arg` in a meta run: example sizes, or sizes perturbed by one."""
+    def meta(self, arg: Any, perturb: Callable[[int], int] | None = None) -> Any:
+        """A stand-in for `arg` in a meta run: example sizes, or with the dynamic ones (and run-time
+        ints) perturbed."""
         if isinstance(arg, Value):
             type_ = arg.type
             if isinstance(type_, TensorType):
-                shape = [h + (1 if perturb and d is None else 0) for h, d in zip(type_.hint, type_.shape)]
+                shape = [perturb(h) if perturb and d is None else h for h, d in zip(type_.hint, type_.shape)]
                 return torch.empty(shape, dtype=torch_dtype(type_.dtype), device="meta")
             if isinstance(type_, ScalarType):
                 if type_.kind == "int" and perturb:
-                    return type_.hint + 1
+                    return perturb(type_.hint)
                 return type_.hint
             return list(type_.hint)
         if isinstance(arg, Constant):
@@ -702,6 +704,12 @@ class _Specializer:
         if isinstance(arg, ListArg):
             return [self.meta(item, perturb) for item in arg.items]
         raise SpecializeError(f"internal: cannot stand in for {arg!r}")
+
+
+# The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
+# one: avg_pool2d(x, 2) maps heights 10 and 11 both to 5, and that output height was typed static
+# (the compiled host then returned the example's size). 2h + 1 changes floor(h / k) whenever h >= k.
+_PERTURBATIONS: tuple[Callable[[int], int], ...] = (lambda hint: hint + 1, lambda hint: 2 * hint + 1)
 
 
 def overload_of(target: str) -> Any:

@@ -46,6 +46,18 @@ def test_declared_dynamic_dims_stay_dynamic() -> None:
     assert program.body.results[0].type.shape == (None,)
 
 
+class _Pooled(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, 2) + torch.nn.functional.max_pool2d(x, 4, 4).repeat(1, 1, 2, 2)
+
+
+def test_a_dim_divided_by_a_kernel_stays_dynamic() -> None:
+    """Heights 16 and 17 pool to the same 8: a +1 perturbation alone would type the output static,
+    and the compiled host then returned the example's size for every input."""
+    program = specialize(capture(_Pooled()), (torch.randn(1, 3, 16, 16),), ({2: "height", 3: "width"},))
+    assert program.body.results[0].type.shape == (1, 3, None, None)
+
+
 def test_a_tensor_that_grows_in_a_loop_gets_a_dynamic_dim() -> None:
     program = _specialized("growing_sequence")
     (loop,) = [n for n in iter_nodes(program.body) if isinstance(n, Loop)]
