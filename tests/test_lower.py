@@ -1,5 +1,6 @@
-"""Lower: the decompositions that replace PyTorch's (depthwise convolution, bilinear upsampling) match
-PyTorch, in eager and after export through IREE; convolution filters reach IREE pre-transposed."""
+"""Lower: the decompositions that replace PyTorch's (depthwise and 1x1 convolutions, tiling poolings,
+bilinear upsampling) match PyTorch, in eager and after export through IREE; convolution filters
+reach IREE pre-transposed."""
 
 from __future__ import annotations
 
@@ -10,24 +11,36 @@ import torch.nn.functional as F
 from torch import nn
 
 import dycl_iree
-from dycl_iree.decompositions import decomposition_table, depthwise_convolution_as_taps, upsample_bilinear_as_matmul
+from dycl_iree.decompositions import (
+    avg_pool_as_reduction,
+    convolution_channels_last,
+    decomposition_table,
+    max_pool_as_reduction,
+    upsample_bilinear_as_matmul,
+)
+
+
+def _pair(value):
+    return list(value) if isinstance(value, tuple) else [value, value]
 
 
 def _rewrite(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    pair = lambda value: list(value) if isinstance(value, tuple) else [value, value]  # noqa: E731
-    return depthwise_convolution_as_taps(
-        x, weight, bias, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups
-    )
+    args = (_pair(stride), _pair(padding), _pair(dilation), False, [0, 0], groups)
+    return convolution_channels_last(x, weight, bias, *args)
 
 
 CASES = {
     # name: (input shape, weight shape, keyword arguments)
-    "3x3 same": ((1, 6, 8, 8), (6, 1, 3, 3), {"padding": 1, "groups": 6}),
-    "bias": ((1, 6, 8, 9), (6, 1, 3, 3), {"padding": 1, "groups": 6, "bias": True}),
-    "stride 2 batch 2": ((2, 5, 9, 9), (5, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 5}),
-    "5x3 rectangular": ((1, 3, 10, 11), (3, 1, 5, 3), {"padding": (2, 1), "groups": 3}),
-    "dilated": ((1, 2, 12, 12), (2, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
-    "no padding, stride 2x1": ((1, 4, 7, 7), (4, 1, 3, 3), {"stride": (2, 1), "groups": 4}),
+    "depthwise 3x3 same": ((1, 6, 8, 8), (6, 1, 3, 3), {"padding": 1, "groups": 6}),
+    "depthwise bias": ((1, 6, 8, 9), (6, 1, 3, 3), {"padding": 1, "groups": 6, "bias": True}),
+    "depthwise stride 2 batch 2": ((2, 5, 9, 9), (5, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 5}),
+    "depthwise 5x3 rectangular": ((1, 3, 10, 11), (3, 1, 5, 3), {"padding": (2, 1), "groups": 3}),
+    "depthwise dilated": ((1, 2, 12, 12), (2, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
+    "depthwise no padding, stride 2x1": ((1, 4, 7, 7), (4, 1, 3, 3), {"stride": (2, 1), "groups": 4}),
+    "1x1": ((1, 4, 5, 6), (7, 4, 1, 1), {}),
+    "1x1 bias batch 3": ((3, 4, 5, 6), (7, 4, 1, 1), {"bias": True}),
+    "1x1 stride 2 odd sizes": ((2, 4, 7, 9), (8, 4, 1, 1), {"stride": 2}),
+    "1x1 stride 1x3": ((1, 3, 6, 7), (2, 3, 1, 1), {"stride": (1, 3), "bias": True}),
 }
 
 
@@ -47,27 +60,65 @@ def test_rewrite_matches_conv2d(name):
 
 
 @pytest.mark.parametrize(
-    "weight_shape, groups, stride",
-    [((4, 4, 3, 3), 1, 1), ((4, 4, 1, 1), 1, 1), ((8, 2, 3, 3), 2, 1), ((8, 1, 3, 3), 4, 1), ((4, 4, 3, 3), 1, 2)],
-    ids=["3x3", "1x1", "grouped", "depthwise with a channel multiplier", "strided"],
+    "weight_shape, groups, stride, padding",
+    [
+        ((4, 4, 3, 3), 1, 1, 1),
+        ((4, 4, 3, 3), 1, 2, 1),
+        ((4, 4, 1, 1), 1, 1, 1),
+        ((8, 2, 3, 3), 2, 1, 1),
+        ((8, 2, 1, 1), 2, 1, 0),
+        ((8, 1, 3, 3), 4, 1, 1),
+    ],
+    ids=["3x3", "strided 3x3", "padded 1x1", "grouped", "grouped 1x1", "depthwise with a channel multiplier"],
 )
-def test_other_convolutions_are_left_to_iree(weight_shape, groups, stride):
+def test_other_convolutions_are_left_to_iree(weight_shape, groups, stride, padding):
     x = torch.randn(1, 4, 6, 6)
-    assert _rewrite(x, torch.randn(weight_shape), groups=groups, stride=stride) is NotImplemented
-    weight = torch.randn(4, 1, 3, 3)
-    assert depthwise_convolution_as_taps(x, weight, None, [1, 1], [1, 1], [1, 1], True, [0, 0], 4) is NotImplemented
+    assert _rewrite(x, torch.randn(weight_shape), groups=groups, stride=stride, padding=padding) is NotImplemented
+    for weight in (torch.randn(4, 1, 3, 3), torch.randn(4, 4, 1, 1)):
+        transposed = convolution_channels_last(x, weight, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1)
+        assert transposed is NotImplemented
+
+
+@pytest.mark.parametrize("kernel", [2, 4, (2, 3), (1, 4)])
+@pytest.mark.parametrize("shape", [(1, 3, 8, 12), (2, 5, 4, 12)])
+def test_tiling_poolings_match_pytorch(kernel, shape):
+    x = torch.randn(shape)
+    kernel_size = _pair(kernel)
+    torch.testing.assert_close(avg_pool_as_reduction(x, kernel_size, []), F.avg_pool2d(x, kernel))
+    torch.testing.assert_close(avg_pool_as_reduction(x, kernel_size, kernel_size), F.avg_pool2d(x, kernel))
+    values, indices = max_pool_as_reduction(x, kernel_size, [])
+    want_values, want_indices = F.max_pool2d(x, kernel, return_indices=True)
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(indices, want_indices)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"stride": [1, 1]}, {"padding": [1, 1]}, {"ceil_mode": True, "size": 9}, {"size": 9}],
+    ids=["overlapping", "padded", "ceil mode, not tiling", "not tiling"],
+)
+def test_other_poolings_are_left_to_torch_mlir(options):
+    options = dict(options)
+    size = options.pop("size", 8)
+    x = torch.randn(1, 2, size, size)
+    assert avg_pool_as_reduction(x, [2, 2], **options) is NotImplemented
+    assert max_pool_as_reduction(x, [2, 2], **options) is NotImplemented
+    assert avg_pool_as_reduction(x, [2, 2], [], [0, 0], False, True, 3) is NotImplemented  # divisor_override
+    assert max_pool_as_reduction(x.to(torch.int32), [2, 2], []) is NotImplemented
 
 
 def test_the_table_leaves_torch_mlirs_own_table_alone():
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    assert decomposition_table()[torch.ops.aten.convolution.default] is depthwise_convolution_as_taps
+    assert decomposition_table()[torch.ops.aten.convolution.default] is convolution_channels_last
     assert torch.ops.aten.convolution.default not in get_decomposition_table()
 
 
 class _ConvGate(nn.Module):
-    """Convolutions of every kind behind a data-dependent branch: plain, strided, dilated and 1x1
-    (channels-last in IREE, filters pre-transposed) and depthwise (rewritten as taps)."""
+    """Convolutions of every kind and both poolings behind a data-dependent branch: plain, strided
+    and dilated convolutions (channels-last in IREE, filters pre-transposed), depthwise ones (taps),
+    1x1 ones with stride 1 and 2 (matmuls), and average and max pooling (reductions at static
+    sizes, left to torch-mlir at dynamic ones)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,6 +127,7 @@ class _ConvGate(nn.Module):
         self.dilated = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
         self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
         self.pointwise = nn.Conv2d(8, 4, 1)
+        self.projection = nn.Conv2d(8, 4, 1, stride=2, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.stem(x))
@@ -83,7 +135,8 @@ class _ConvGate(nn.Module):
             y = self.dilated(y)
         else:
             y = self.depthwise(y)
-        return self.pointwise(self.strided(y))
+        pooled = F.avg_pool2d(y, 2) + F.max_pool2d(y, 2)
+        return self.pointwise(self.strided(pooled)) + self.projection(pooled)
 
 
 @pytest.mark.parametrize(
@@ -119,21 +172,23 @@ def test_rewritten_convolutions_run_on_iree(tmp_path, dynamic_shapes, shapes):
     assert dict(run.decisions[label]) == {False: 1, True: 1}
 
 
-def test_convolutions_reach_iree_with_hwcf_filters_and_depthwise_ones_as_taps():
+def test_convolutions_reach_iree_with_hwcf_filters_and_the_others_rewritten():
     from dycl_iree.capture import capture
     from dycl_iree.lower import lower
     from dycl_iree.partition import partition
     from dycl_iree.specialize import specialize
 
     model = _ConvGate().eval()
-    program = partition(specialize(capture(model), (torch.randn(2, 3, 10, 10),), ({0: "batch"},)))
+    program = partition(specialize(capture(model), (torch.randn(2, 3, 10, 12),), ({0: "batch"},)))
     text = str(lower(program).module)
-    # stem, strided, dilated and pointwise stay convolutions; the depthwise one became taps.
-    assert text.count("torch.aten.convolution") == 4
-    for conv in (model.stem, model.strided, model.dilated, model.pointwise, model.depthwise):
+    # stem, strided and dilated stay convolutions; depthwise became taps, the 1x1 ones matmuls,
+    # the poolings reductions.
+    assert text.count("torch.aten.convolution") == 3
+    assert text.count("torch.aten.mm") == 2
+    assert "pool" not in text
+    for conv in (model.stem, model.strided, model.dilated, model.depthwise, model.pointwise, model.projection):
         out_channels, in_channels, kernel_h, kernel_w = conv.weight.shape
         assert f"!torch.vtensor<[{kernel_h},{kernel_w},{in_channels},{out_channels}],f32>" in text, conv
-    assert text.count("torch.aten.permute") >= 5 + 2  # five filters; the taps' input and output
 
 
 @pytest.mark.parametrize(
