@@ -59,6 +59,12 @@ def lower(
     importer = FxImporter(context=context)
     decompositions = decomposition_table()
     constants: dict[Any, tuple[str, torch.Tensor]] = {}
+    # The importer remembers every tensor it turned into a literal by id() for the whole import,
+    # without checking that the tensor is still alive. torch.export hands it tensors of its own
+    # (half of BlockDrop's 240), which died with their ExportedProgram; a later segment's tensor
+    # reusing the id then imported as the dead one's literal: an MLIRError when the shapes
+    # differed, the wrong weights when they did not. Every ExportedProgram lives until the end.
+    exported_programs: list[Any] = []
     for segment in program.segments:
         if only is not None and segment.name not in only:
             continue
@@ -71,6 +77,7 @@ def lower(
                 exported = _export(graph_module, examples, dynamic)
                 exported = exported.run_decompositions(decompositions)
                 importer.import_frozen_program(exported, func_name=segment.name)
+                exported_programs.append(exported)
         except UnsupportedOpError:
             raise
         except Exception as error:

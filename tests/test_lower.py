@@ -230,3 +230,36 @@ def test_a_branch_that_slices_along_a_dynamic_dim_keeps_the_compiled_host(tmp_pa
     run = dycl_iree.load(bundle.save(tmp_path / "roll.dycl"), host="compiled")
     for x in (torch.randn(2, 5).abs(), -torch.randn(2, 11).abs()):
         np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6)
+
+
+def test_no_tensor_the_importer_tracks_dies_during_the_import(monkeypatch):
+    """torch-mlir's importer maps tensors to literals by id() and never checks that the tensor is
+    still alive. torch.export makes tensors of its own per segment (BlockDrop's blocks: int64
+    [1, 16, 1, 1]); had they died, a later segment's tensor reusing an id imported as the dead
+    one's literal (an MLIRError, or silently the wrong weights)."""
+    import gc
+
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+    from models.blockdrop import build_blockdrop
+
+    dead_after_import: list[int] = []
+    import_frozen_program = FxImporter.import_frozen_program
+
+    def counting(self, *args, **kwargs):
+        result = import_frozen_program(self, *args, **kwargs)
+        gc.collect()
+        weak_refs = [getattr(ref, "_referrent", None) for ref in self._py_attr_tracker._refs.values()]
+        dead_after_import.append(sum(1 for weak in weak_refs if weak is not None and weak() is None))
+        return result
+
+    monkeypatch.setattr(FxImporter, "import_frozen_program", counting)
+    model = build_blockdrop(depth=8).eval()
+    program = partition(specialize(capture(model), (torch.randn(1, 3, 32, 32),)))
+    lower(program)
+    assert len(dead_after_import) == len(program.segments) > 4
+    assert max(dead_after_import) == 0
