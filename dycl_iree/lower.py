@@ -61,9 +61,10 @@ def lower(
     constants: dict[Any, tuple[str, torch.Tensor]] = {}
     # The importer remembers every tensor it turned into a literal by id() for the whole import,
     # without checking that the tensor is still alive. torch.export hands it tensors of its own
-    # (half of BlockDrop's 240), which died with their ExportedProgram; a later segment's tensor
-    # reusing the id then imported as the dead one's literal: an MLIRError when the shapes
-    # differed, the wrong weights when they did not. Every ExportedProgram lives until the end.
+    # (BlockDrop's blocks: an int64 [1, 16, 1, 1] each), which died with their ExportedProgram;
+    # a later segment's tensor reusing the id then imported as the dead one's literal: an
+    # MLIRError when the shapes differed, the wrong weights when they did not. So every
+    # ExportedProgram lives until the end.
     exported_programs: list[Any] = []
     for segment in program.segments:
         if only is not None and segment.name not in only:
