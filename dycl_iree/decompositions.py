@@ -44,41 +44,40 @@ def convolution_channels_last(
     output_padding: Sequence[int],
     groups: int,
 ) -> torch.Tensor:
-    """The convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps, 1x1
-    ones as a matmul. The rest stay convolutions (`NotImplemented`)."""
-    args = (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    out = depthwise_convolution_as_taps(*args)
-    return pointwise_convolution_as_matmul(*args) if out is NotImplemented else out
+    """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
+    1x1 ones without padding as a matmul. Every other convolution is left to IREE
+    (`NotImplemented` keeps the op), which converts it to channels-last and runs it as a direct
+    convolution (`compile.py`). Both rewrites work in NHWC, so that the transposes around them
+    cancel against those of the neighbouring channels-last convolutions, and both read the weight
+    as `permute(weight, [2, 3, 1, 0])`: `lower._segment_graph` stores filters HWCF and permutes
+    them back, so that view is the stored constant itself."""
+    if transposed or input.dim() != 4 or weight.dim() != 4:
+        return NotImplemented
+    out_channels, group_channels, kernel_h, kernel_w = weight.shape
+    if not all(isinstance(size, int) for size in weight.shape):
+        return NotImplemented
+    if groups > 1 and group_channels == 1 and out_channels == groups:
+        return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
+    if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
+        return pointwise_convolution_as_matmul(input, weight, bias, stride)
+    return NotImplemented
 
 
 def pointwise_convolution_as_matmul(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
-    groups: int,
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int]
 ) -> torch.Tensor:
     """A 1x1 convolution without padding or groups (any stride) as one matmul of the NHWC input
     (strided first when the stride is not 1) by the [C, F] filter.
 
     IREE's channels-last 1x1 convolution with a stride is a generic reduction it runs at ~1.5
-    GFLOP/s (WRN-SDN's projection shortcut, 32 -> 64 channels at 8x8: 84 us). The filter arrives as
-    `permute(filter_hwcf)`, so its [C, F] view is a reshape of the stored constant.
+    GFLOP/s (WRN-SDN's projection shortcut, 32 -> 64 channels at 8x8: 84 us).
 
     >>> x, w = torch.randn(1, 4, 6, 6), torch.randn(8, 4, 1, 1)
-    >>> out = pointwise_convolution_as_matmul(x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    >>> out = pointwise_convolution_as_matmul(x, w, None, [2, 2])
     >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, stride=2), atol=1e-5)
     True
     """
-    if transposed or groups != 1 or input.dim() != 4 or weight.dim() != 4 or any(padding):
-        return NotImplemented
-    out_channels, channels, kernel_h, kernel_w = weight.shape
-    if (kernel_h, kernel_w) != (1, 1) or not all(isinstance(size, int) for size in (out_channels, channels)):
-        return NotImplemented
+    out_channels, channels = weight.shape[:2]
     nhwc = aten.permute(input, [0, 2, 3, 1])
     stride_h, stride_w = stride
     if stride_h != 1:
@@ -100,34 +99,22 @@ def depthwise_convolution_as_taps(
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
-    groups: int,
 ) -> torch.Tensor:
     """A depthwise 2-D convolution (any stride, padding, dilation) as each kernel tap times its
-    per-channel weights, summed element-wise in channels-last (NHWC) order.
+    per-channel weights, summed element-wise in NHWC order.
 
-    Every other convolution is left to IREE (`NotImplemented` keeps the op), which converts it to
-    channels-last and runs it as a direct convolution (`compile.py`). IREE's own depthwise
-    convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC too; the taps fuse into
-    one element-wise dispatch. They are taken in NHWC so that each tap reads whole channel vectors
-    and so that the transposes around the neighbouring channels-last convolutions cancel
-    (SDN-MobileNet: the same taps in NCHW order cost 65 us per dispatch against 2.9 us here). The
-    weight arrives as `permute(filter_hwcf)` (`lower._segment_graph` stores filters so); permuting
-    it back to HWCF here cancels that at compile time, and each tap's weights are one contiguous row.
+    IREE's own depthwise convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC
+    too; the taps fuse into one element-wise dispatch, each tap reading whole channel vectors and
+    each tap's weights one contiguous row (SDN-MobileNet: the same taps in NCHW order cost 65 us
+    per dispatch next to channels-last convolutions, with strided weight columns 29 us, as here
+    2.9 us).
 
     >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(3, 1, 3, 3)
-    >>> out = depthwise_convolution_as_taps(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 3)
+    >>> out = depthwise_convolution_as_taps(x, w, None, [1, 1], [1, 1], [1, 1])
     >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1, groups=3), atol=1e-5)
     True
     """
-    if transposed or input.dim() != 4 or weight.dim() != 4:
-        return NotImplemented
-    out_channels, group_channels, kernel_h, kernel_w = weight.shape
-    if not (groups > 1 and group_channels == 1 and out_channels == groups):
-        return NotImplemented
-    if not all(isinstance(size, int) for size in (out_channels, kernel_h, kernel_w)):
-        return NotImplemented
+    out_channels, _, kernel_h, kernel_w = weight.shape
     _, _, height, width = input.shape
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
     nhwc = aten.permute(input, [0, 2, 3, 1])
