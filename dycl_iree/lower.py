@@ -158,7 +158,7 @@ def _segment_graph(
     for op in segment.nodes:
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
-        if overload is torch.ops.aten.conv2d.default and _constant_filter(op.args[1]) is not None:
+        if overload in _CONV2D and _constant_filter(op.args[1]) is not None:
             args[1] = filter_hwcf(_constant_filter(op.args[1]))
         node = graph.call_function(overload, tuple(args), {k: convert(a) for k, a in op.kwargs})
         node.meta["dycl_source"] = op.source
@@ -169,6 +169,9 @@ def _segment_graph(
                 env[output] = graph.call_function(operator.getitem, (node, position))
     graph.output(tuple(env[r] for r in segment.results))
     return fx.GraphModule(root, graph), examples, dynamic
+
+
+_CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding)  # padding=1 / padding="same"
 
 
 def _constant_filter(arg: Any) -> torch.Tensor | None:

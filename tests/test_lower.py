@@ -271,7 +271,7 @@ class _BranchConvolutions(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.a = nn.Conv2d(16, 16, 3, padding=1)
-        self.b = nn.Conv2d(16, 16, 3, padding=1)
+        self.b = nn.Conv2d(16, 16, 3, padding="same")  # scripts to the aten::conv2d.padding overload
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if bool(x.sum() > 0):
@@ -279,7 +279,7 @@ class _BranchConvolutions(nn.Module):
         return self.b(x)
 
 
-def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters(monkeypatch):
+def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters(monkeypatch, tmp_path):
     """Inside main's branches IREE does not constant-fold the filter transpose of its channels-last
     conversion; unless the filter arrives pre-transposed, the convolution becomes a generic op with
     the filter dims last (`conv_32x32x16x16x3x3`), which IREE does not vectorize (~40x slower)."""
@@ -295,8 +295,19 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
         return original(bytecode, target)
 
     monkeypatch.setattr(compile_module, "compile_module", keep)
-    bundle = dycl_iree.export(_BranchConvolutions().eval(), (torch.randn(1, 16, 32, 32),))
+    torch.manual_seed(0)
+    model = _BranchConvolutions().eval()
+    bundle = dycl_iree.export(model, (torch.randn(1, 16, 32, 32),))
     assert bundle.host == "compiled"
+    path = bundle.save(tmp_path / "branches.dycl")
+    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+    for x in (torch.rand(1, 16, 32, 32), -torch.rand(1, 16, 32, 32)):
+        with torch.no_grad():
+            want = model(x).numpy()
+        for host in (compiled, python):
+            np.testing.assert_allclose(host(x.numpy()), want, rtol=1e-5, atol=1e-5)
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 1}
     flow = iree.compiler.compile_str(
         modules[-1],
         input_type="torch",
