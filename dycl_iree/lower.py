@@ -158,8 +158,8 @@ def _segment_graph(
     for op in segment.nodes:
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
-        if overload in _CONV2D and _constant_filter(op.args[1]) is not None:
-            args[1] = filter_hwcf(_constant_filter(op.args[1]))
+        if overload in _CONV2D and (weight := _constant_filter(op.args[1])) is not None:
+            args[1] = filter_hwcf(weight)
         node = graph.call_function(overload, tuple(args), {k: convert(a) for k, a in op.kwargs})
         node.meta["dycl_source"] = op.source
         if op.returns == "single":
