@@ -43,12 +43,14 @@ def export(
     targets: Sequence[str] = ("llvm-cpu",),
     dynamic_shapes: Any = None,
     progress: Callable[[str], None] | None = None,
+    cpu_threads: int = 1,
 ) -> Bundle:
     """Export a dynamic PyTorch model to a bundle that runs on IREE with its control flow intact.
 
     `example_inputs` are tensors and Python int/float/bool in `forward` order; `dynamic_shapes`
     follows torch.export (per input, a dict from dim index to a name). `progress`, if given, is
-    called with a line of text at each stage.
+    called with a line of text at each stage. `cpu_threads` is how many threads the CPU code is
+    split for: 1 for the `local-sync` driver (the default), the worker count for `local-task`.
 
     >>> bundle = export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))     # doctest: +SKIP
     >>> bundle.host
@@ -70,7 +72,7 @@ def export(
         example_inputs = (example_inputs,)
     targets = tuple(targets)
     for target in targets:
-        target_flags(target)  # reject unknown targets before any work
+        target_flags(target, cpu_threads)  # reject unknown targets and thread counts before any work
 
     def stage(name: str, function: Callable[[], Any]) -> Any:
         start = time.perf_counter()
@@ -109,7 +111,7 @@ def export(
         vmfbs = {}
         for target in targets:
             say(f"compiling for {target} (iree-compile)")
-            vmfbs[target] = stage(f"compile[{target}]", lambda: compile_module(bytecode, target))
+            vmfbs[target] = stage(f"compile[{target}]", lambda: compile_module(bytecode, target, cpu_threads))
         return vmfbs
 
     try:
@@ -130,7 +132,9 @@ def export(
     files = {f"{target}.vmfb": vmfb for target, vmfb in compiled.items()}
     files[PYTHON_HOST] = python_source.encode()
     files[PROGRAM_TEXT] = program_text(program).encode()
-    target_entries = {target: {"file": f"{target}.vmfb", "flags": target_flags(target)} for target in compiled}
+    target_entries = {
+        target: {"file": f"{target}.vmfb", "flags": target_flags(target, cpu_threads)} for target in compiled
+    }
     manifest = make_manifest(program, module_name, host, unsupported, target_entries, _weight_bytes(program))
     manifest["export_seconds"] = timings
     bundle = Bundle(manifest, files, program)

@@ -265,9 +265,10 @@ class Prepared:
 class ModelContext:
     """What candidates share for one model: the model, its inputs, a folder and built artifacts.
 
-    Several candidates start from the same artifact (the ONNX graph feeds onnxruntime and IREE; one
-    dycl_iree bundle feeds four host/driver pairs). `shared` builds each once, and remembers a
-    failure so that every candidate depending on it reports the same error.
+    Several candidates start from the same artifact (the ONNX graph feeds onnxruntime and IREE; a
+    dycl_iree bundle feeds both hosts on one driver, its CPU code split for that driver's threads).
+    `shared` builds each once, and remembers a failure so that every candidate depending on it
+    reports the same error.
     """
 
     def __init__(
@@ -593,15 +594,16 @@ def _dycl_module() -> Any:
     return module
 
 
-def _export_dycl(context: ModelContext) -> Path:
+def _export_dycl(context: ModelContext, cpu_threads: int) -> Path:
     dycl = _dycl_module()
     bundle = dycl.export(
         context.model,
         tuple(context.example_inputs),
         targets=("llvm-cpu",),
         dynamic_shapes=getattr(context, "dynamic_shapes", None),
+        cpu_threads=cpu_threads,
     )
-    path = context.folder / "model.dycl"
+    path = context.folder / f"model-{cpu_threads}-threads.dycl"
     _remove(path)  # a bundle from an earlier run must not be measured (or refused by save)
     bundle.save(str(path))
     return path
@@ -627,7 +629,9 @@ def _dycl_inputs(inputs: Inputs) -> Inputs:
 
 def _dycl_candidate(host: str, driver: str) -> Candidate:
     def prepare(context: ModelContext) -> Prepared:
-        path, export_s = context.shared("dycl", lambda: _export_dycl(context))
+        # local-sync runs on one thread; local-task gets code split for its workers.
+        cpu_threads = context.threads if driver == "local-task" else 1
+        path, export_s = context.shared(f"dycl-{cpu_threads}", lambda: _export_dycl(context, cpu_threads))
         if driver == "local-task":
             _limit_iree_threads(context.threads)
         start = time.perf_counter()

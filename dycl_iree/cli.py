@@ -84,6 +84,7 @@ def _export(args: argparse.Namespace) -> int:
             targets=args.target or ("llvm-cpu",),
             dynamic_shapes=dynamic_shapes,
             progress=progress,
+            cpu_threads=args.cpu_threads,
         )
     bundle.files[EXAMPLE_INPUTS] = _npz(example_inputs)
     bundle.save(output)
@@ -173,7 +174,9 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"   (compiled host not possible: {reason})" if reason else "   (control flow compiled into `main`)")
     for target, entry in manifest["targets"].items():
         size = manifest["files"][entry["file"]]["size"]
-        print(f"target {target}: {entry['file']} {size:,} bytes, weights {manifest['weight_bytes']:,} bytes")
+        threads = [flag.split("=", 1)[1] for flag in entry["flags"] if flag.startswith(_THREADS_FLAG)]
+        split = f", code split for {threads[0]} thread(s)" if threads else ""
+        print(f"target {target}: {entry['file']} {size:,} bytes, weights {manifest['weight_bytes']:,} bytes{split}")
     print(f"{len(manifest['segments'])} segments:")
     for segment in manifest["segments"]:
         ins = ", ".join(_describe(t) for t in segment["inputs"])
@@ -182,6 +185,9 @@ def _inspect(args: argparse.Namespace) -> int:
     print()
     print(check_file(root, manifest, manifest["program"]).read_text(), end="")
     return 0
+
+
+_THREADS_FLAG = "--iree-llvmcpu-number-of-threads="
 
 
 def _describe(spec: dict[str, Any]) -> str:
@@ -215,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="bundle directory to write (default FACTORY.dycl)")
     export.add_argument(
         "--target", action="append", help="llvm-cpu (default), llvm-cpu:TRIPLE, cuda, vulkan; repeatable"
+    )
+    export.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="threads the CPU code is split for: 1 (default) for --device local-sync, the worker count for local-task",
     )
     export.set_defaults(handler=_export)
 

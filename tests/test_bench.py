@@ -146,23 +146,30 @@ def test_first_line_of_compiler_errors() -> None:
 class _StandInBundle:
     """Enough of a dycl_iree bundle to exercise the harness: TorchScript saved into a folder."""
 
-    def __init__(self, scripted: torch.jit.ScriptModule) -> None:
-        self.scripted = scripted
+    def __init__(self, scripted: torch.jit.ScriptModule, cpu_threads: int) -> None:
+        self.scripted, self.cpu_threads = scripted, cpu_threads
 
     def save(self, path: str) -> None:
         Path(path).mkdir()
         torch.jit.save(self.scripted, str(Path(path) / "model.pt"))
+        (Path(path) / "cpu_threads").write_text(str(self.cpu_threads))
 
 
 def _stand_in_export(
-    model: torch.nn.Module, example_inputs: tuple, targets: tuple[str, ...], dynamic_shapes: object = None
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    targets: tuple[str, ...],
+    dynamic_shapes: object = None,
+    cpu_threads: int = 1,
 ) -> _StandInBundle:
     assert targets == ("llvm-cpu",) and dynamic_shapes is None
-    return _StandInBundle(torch.jit.freeze(torch.jit.script(model.eval())))
+    return _StandInBundle(torch.jit.freeze(torch.jit.script(model.eval())), cpu_threads)
 
 
 def _stand_in_load(path: str, device: str, host: str) -> object:
     assert device in bench.DYCL_DRIVERS and host in bench.DYCL_HOSTS
+    # local-sync runs one thread; a local-task bundle is split for the benchmark's threads (2).
+    assert (Path(path) / "cpu_threads").read_text() == ("1" if device == "local-sync" else "2"), (device, path)
     scripted = torch.jit.load(str(Path(path) / "model.pt"))
     return lambda *inputs: scripted(*(torch.from_numpy(x) for x in inputs)).numpy()
 

@@ -120,6 +120,36 @@ def test_both_drivers_run_the_same_bundle(exported) -> None:
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6)
 
 
+def test_cpu_code_is_split_for_the_threads_asked(tmp_path: Path) -> None:
+    """One thread by default (local-sync); `cpu_threads` changes the code, never the results."""
+    import torch
+    from torch import nn
+
+    class Pooled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(16, 16, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x)).mean((2, 3))
+
+    torch.manual_seed(0)
+    model, x = Pooled().eval(), torch.randn(1, 16, 32, 32)
+    expected = model(x).detach().numpy()
+    vmfbs = {}
+    for threads in (1, 2):
+        bundle = dycl_iree.export(model, (x,), cpu_threads=threads) if threads > 1 else dycl_iree.export(model, (x,))
+        flags = bundle.manifest["targets"]["llvm-cpu"]["flags"]
+        assert [f for f in flags if "number-of-threads" in f] == [f"--iree-llvmcpu-number-of-threads={threads}"]
+        path = bundle.save(tmp_path / f"pooled{threads}.dycl")
+        vmfbs[threads] = (path / "llvm-cpu.vmfb").read_bytes()
+        for device in ("local-sync", "local-task"):
+            np.testing.assert_allclose(dycl_iree.load(path, device=device)(x.numpy()), expected, rtol=1e-5, atol=1e-5)
+    assert vmfbs[1] != vmfbs[2]
+    with pytest.raises(dycl_iree.DyclError, match="cpu_threads must be a positive int, not 0"):
+        dycl_iree.export(model, (x,), cpu_threads=0)
+
+
 def test_shared_weights_are_stored_once(tmp_path: Path) -> None:
     """One 256x256 weight read by two segments must not be stored twice in the vmfb."""
     import torch

@@ -13,13 +13,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_export_inspect_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bundle = tmp_path / "ff.dycl"
-    assert main(["export", str(ROOT / "models/programs.py") + ":for_break", "-o", str(bundle)]) == 0
+    factory = str(ROOT / "models/programs.py") + ":for_break"
+    assert main(["export", factory, "-o", str(bundle), "--cpu-threads", "2"]) == 0
     assert (bundle / "manifest.json").exists() and (bundle / "example_inputs.npz").exists()
     capsys.readouterr()
 
     assert main(["inspect", str(bundle)]) == 0
     text = capsys.readouterr().out
     assert "host: compiled" in text
+    assert "target llvm-cpu: llvm-cpu.vmfb" in text and "code split for 2 thread(s)" in text
     assert "segment seg0(" in text and "loop trip_count=" in text
     assert "signature (x: float32[1,5], n: int) -> (float32[1,5], int)" in text
 
@@ -39,6 +41,8 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     assert "FILE.py:FACTORY" in capsys.readouterr().err
     assert main(["export", str(ROOT / "models/programs.py") + ":nothing_here"]) == 2
     assert "defines no 'nothing_here'" in capsys.readouterr().err
+    assert main(["export", str(ROOT / "models/programs.py") + ":for_break", "--cpu-threads", "0"]) == 2
+    assert "cpu_threads must be a positive int, not 0" in capsys.readouterr().err
 
 
 def test_iree_run_module_runs_the_whole_dynamic_network(exported) -> None:

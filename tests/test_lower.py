@@ -290,9 +290,9 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
     modules: list[bytes] = []
     original = compile_module.compile_module
 
-    def keep(bytecode: bytes, target: str) -> bytes:
+    def keep(bytecode: bytes, target: str, cpu_threads: int = 1) -> bytes:
         modules.append(bytecode)
-        return original(bytecode, target)
+        return original(bytecode, target, cpu_threads)
 
     monkeypatch.setattr(compile_module, "compile_module", keep)
     torch.manual_seed(0)
