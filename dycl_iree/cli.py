@@ -20,6 +20,8 @@ import numpy as np
 
 from host_runtime.errors import DyclError
 
+from .compile import cpu_threads_of
+
 EXAMPLE_INPUTS = "example_inputs.npz"
 
 
@@ -174,8 +176,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"   (compiled host not possible: {reason})" if reason else "   (control flow compiled into `main`)")
     for target, entry in manifest["targets"].items():
         size = manifest["files"][entry["file"]]["size"]
-        threads = [flag.split("=", 1)[1] for flag in entry["flags"] if flag.startswith(_THREADS_FLAG)]
-        split = f", code split for {threads[0]} thread(s)" if threads else ""
+        threads = cpu_threads_of(entry["flags"])
+        split = f", code split for {threads} thread(s)" if threads else ""
         print(f"target {target}: {entry['file']} {size:,} bytes, weights {manifest['weight_bytes']:,} bytes{split}")
     print(f"{len(manifest['segments'])} segments:")
     for segment in manifest["segments"]:
@@ -185,9 +187,6 @@ def _inspect(args: argparse.Namespace) -> int:
     print()
     print(check_file(root, manifest, manifest["program"]).read_text(), end="")
     return 0
-
-
-_THREADS_FLAG = "--iree-llvmcpu-number-of-threads="
 
 
 def _describe(spec: dict[str, Any]) -> str:

@@ -34,6 +34,7 @@ _CPU = [
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
 ]
+THREADS_FLAG = "--iree-llvmcpu-number-of-threads="
 TARGETS = {
     "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],
     "cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
@@ -59,14 +60,25 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
     """
     if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
         raise DyclError(f"cpu_threads must be a positive int, not {cpu_threads!r}")
-    threads = [f"--iree-llvmcpu-number-of-threads={cpu_threads}"]
     if target.startswith("llvm-cpu:"):
         triple = target.split(":", 1)[1]
-        return _CPU + [f"--iree-llvmcpu-target-triple={triple}", "--iree-llvmcpu-target-cpu=generic"] + threads
-    if target not in TARGETS:
+        flags = _CPU + [f"--iree-llvmcpu-target-triple={triple}", "--iree-llvmcpu-target-cpu=generic"]
+    elif target in TARGETS:
+        flags = list(TARGETS[target])
+    else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")
-    return list(TARGETS[target]) + (threads if target == "llvm-cpu" else [])
+    return flags + [f"{THREADS_FLAG}{cpu_threads}"] if flags[: len(_CPU)] == _CPU else flags
+
+
+def cpu_threads_of(flags: list[str]) -> int | None:
+    """The thread count a CPU vmfb's code was split for, from its flags (None for GPU targets).
+
+    >>> cpu_threads_of(target_flags("llvm-cpu", cpu_threads=2))
+    2
+    """
+    counts = [int(flag[len(THREADS_FLAG) :]) for flag in flags if flag.startswith(THREADS_FLAG)]
+    return counts[0] if counts else None
 
 
 def cache_dir() -> Path:
