@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -21,47 +20,9 @@ import numpy as np
 from host_runtime.errors import DyclError
 
 from .compile import cpu_threads_of
+from .loading import load_factory
 
 EXAMPLE_INPUTS = "example_inputs.npz"
-
-
-def load_factory(spec: str) -> tuple[Any, tuple, Any, str]:
-    """`FILE.py:FACTORY` -> (model, example_inputs, dynamic_shapes, name)."""
-    if ":" not in spec:
-        raise DyclError(f"expected FILE.py:FACTORY, got {spec!r}")
-    file_name, factory_name = spec.rsplit(":", 1)
-    path = Path(file_name)
-    if not path.exists():
-        raise DyclError(f"{path}: no such file")
-    for folder in (str(Path.cwd()), str(path.resolve().parent.parent), str(path.resolve().parent)):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-    module_name = "_dycl_user_" + path.stem
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    module_spec.loader.exec_module(module)
-    factory = getattr(module, factory_name, None)
-    if factory is None:
-        raise DyclError(f"{path} defines no {factory_name!r}")
-    made = factory()
-    if not isinstance(made, tuple) or len(made) not in (2, 3):
-        raise DyclError(f"{spec} must return (model, example_inputs) or (model, example_inputs, dynamic_shapes)")
-    model, example_inputs = made[0], made[1]
-    dynamic_shapes = made[2] if len(made) == 3 else None
-    if not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
-    return model, example_inputs, dynamic_shapes, factory_name
-
-
-def load_samples(spec: str) -> list[tuple] | None:
-    """The SAMPLES entry for a factory, when its module defines one."""
-    file_name, factory_name = spec.rsplit(":", 1)
-    module = sys.modules.get("_dycl_user_" + Path(file_name).stem)
-    samples = getattr(module, "SAMPLES", None) if module is not None else None
-    if isinstance(samples, dict) and factory_name in samples:
-        return list(samples[factory_name]())
-    return None
 
 
 def _export(args: argparse.Namespace) -> int:

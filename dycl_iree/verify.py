@@ -296,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
     """`python -m dycl_iree verify FILE.py:FACTORY [--bundle B] [--host ...] [--random N] [--baseline trace]`."""
     import dycl_iree
 
-    from .cli import load_factory, load_samples
+    from .loading import load_factory, load_samples
 
     model, example_inputs, dynamic_shapes, name = load_factory(args.factory)
     samples = load_samples(args.factory) or [example_inputs]

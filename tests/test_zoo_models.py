@@ -259,7 +259,7 @@ def test_model_files_load_by_path_in_a_fresh_interpreter(tmp_path: Path) -> None
     program = (
         "import sys, torch\n"
         "torch.set_num_threads(1)\n"
-        "from dycl_iree.cli import load_factory\n"
+        "from dycl_iree.loading import load_factory\n"
         "outputs = {}\n"
         f"for name, target in {targets!r}.items():\n"
         "    model, example, _, _ = load_factory(target)\n"
