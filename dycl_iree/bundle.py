@@ -20,6 +20,7 @@ from host_runtime.bundle_format import FORMAT, MANIFEST, VERSION, sha256_file
 from .program import (
     Constant,
     If,
+    ListArg,
     ListType,
     Loop,
     Program,
@@ -137,6 +138,26 @@ def make_manifest(
         "python_host": PYTHON_HOST,
         "program": PROGRAM_TEXT,
     }
+
+
+def weight_bytes(program: Program) -> int:
+    """Bytes of the constant tensors the segments use, each counted once (the manifest's weight_bytes)."""
+    seen: dict[int, int] = {}
+
+    def visit(arg: Any) -> None:
+        if isinstance(arg, ListArg):
+            for item in arg.items:
+                visit(item)
+        elif isinstance(arg, Constant) and isinstance(arg.value, torch.Tensor):
+            seen[id(arg.value)] = arg.value.numel() * arg.value.element_size()
+
+    for segment in program.segments:
+        for op in segment.nodes:
+            for arg in op.args:
+                visit(arg)
+            for _, arg in op.kwargs:
+                visit(arg)
+    return sum(seen.values())
 
 
 def program_text(program: Program) -> str:

@@ -146,7 +146,7 @@ class _ConvGate(nn.Module):
     [
         (({0: "batch"},), [(1, 3, 10, 12), (3, 3, 10, 12)]),
         # With dynamic sizes, the depthwise taps slice along dynamic dims: the segments must still be
-        # inlined into the compiled host's branches (dycl_iree._inline_segments_into_main).
+        # inlined into the compiled host's branches (dycl_iree.hosts.compiled.attach_main).
         (({0: "batch", 2: "height", 3: "width"},), [(1, 3, 8, 8), (3, 3, 14, 6)]),
     ],
     ids=["dynamic batch", "dynamic batch, height and width"],
@@ -289,10 +289,14 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
     """Inside main's branches IREE does not constant-fold the filter transpose of its channels-last
     conversion; unless the filter arrives pre-transposed, the convolution becomes a generic op with
     the filter dims last (`conv_32x32x16x16x3x3`), which IREE does not vectorize (~40x slower)."""
+    import importlib
+
     import iree.compiler
 
     import dycl_iree.compile as compile_module
 
+    # The driver holds its own reference to compile_module: record the modules it compiles there.
+    driver = importlib.import_module("dycl_iree.export")
     modules: list[bytes] = []
     original = compile_module.compile_module
 
@@ -300,7 +304,7 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
         modules.append(bytecode)
         return original(bytecode, target, cpu_threads)
 
-    monkeypatch.setattr(compile_module, "compile_module", keep)
+    monkeypatch.setattr(driver, "compile_module", keep)
     torch.manual_seed(0)
     model = _BranchConvolutions().eval()
     bundle = dycl_iree.export(model, (torch.randn(1, 16, 32, 32),))

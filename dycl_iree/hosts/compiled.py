@@ -441,3 +441,63 @@ def _result_type(arg: Arg) -> str:
     if isinstance(arg, ListArg):
         raise CompiledHostUnsupported("a list output")
     raise CompiledHostUnsupported(f"an output of kind {type(arg).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Putting `main` into the lowered module (MLIR surgery on torch-mlir's module)
+# ---------------------------------------------------------------------------------------------
+
+
+def name_module(lowered: Any, name: str) -> None:
+    """Give the MLIR module its name: IREE's runtime names the vmfb's module after it."""
+    from torch_mlir import ir
+
+    with lowered.context:
+        lowered.module.operation.attributes["sym_name"] = ir.StringAttr.get(name)
+
+
+def attach_main(lowered: Any, main_text: str) -> None:
+    """Add `main` (the text `synthesize_compiled` wrote) to the lowered module, its calls inlined.
+
+    `main` is parsed beside declarations of the segments, then moved into the real module:
+    parsing it alone would fail symbol verification of its calls, and the real module's text is
+    not re-parsed because it carries the weights. `torch_c` and `util` ops are written in generic
+    form and parsed as unregistered ops: torch-mlir's context does not load those IREE dialects.
+    """
+    from torch_mlir import ir
+
+    declarations = []
+    for name, (params, results) in lowered.signatures.items():
+        declarations.append(f"func.func private @{name}({', '.join(params)}) -> ({', '.join(results)})")
+    text = "module {\n" + "\n".join(declarations) + "\n" + main_text + "\n}"
+    lowered.context.allow_unregistered_dialects = True
+    try:
+        scratch = ir.Module.parse(text, lowered.context)
+    except Exception as error:
+        raise CompiledHostUnsupported(f"the compiled host does not parse: {error}") from error
+    main = list(scratch.body.operations)[-1].detach_from_parent()
+    lowered.module.body.append(main)
+    _inline_segments_into_main(lowered)
+
+
+def _inline_segments_into_main(lowered: Any) -> None:
+    """Inline the segment calls of `main` while the module is still in the torch dialect.
+
+    iree-compile inlines them itself, but only after lowering to linalg, and a segment that slices
+    along a dynamic dim then holds `affine.apply` ops, which MLIR's inliner does not move into the
+    region of an `scf.if`; the call survives, and `torch-iree-func-conversion` rejects it ("'func.call'
+    op 'seg1' does not reference a valid function"). In the torch dialect every call inlines. The
+    segments stay as public functions for the Python host; no simplification pipeline runs, so they
+    are unchanged.
+    """
+    from torch_mlir.passmanager import PassManager
+
+    with lowered.context:
+        PassManager.parse("builtin.module(inline{default-pipeline=})").run(lowered.module.operation)
+
+
+def remove_main(lowered: Any) -> None:
+    """Take `main` out again (the bundle falls back to the Python host)."""
+    for op in list(lowered.module.body.operations):
+        if op.operation.name == "func.func" and str(op.attributes["sym_name"]) == '"main"':
+            op.operation.erase()
