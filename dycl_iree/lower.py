@@ -34,7 +34,7 @@ from torch.export import Dim
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value
-from .specialize import overload_of, torch_dtype
+from .specialize.schemas import overload_of, torch_dtype
 
 
 @dataclass

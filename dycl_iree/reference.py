@@ -23,7 +23,7 @@ from host_runtime.errors import ModelRaised
 from host_runtime.runner import build_outputs
 
 from .program import Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
-from .specialize import overload_of
+from .specialize.schemas import overload_of
 
 
 class ReferenceInterpreter(Walker):

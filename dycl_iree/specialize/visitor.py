@@ -2,7 +2,7 @@
 
 This stage is an abstract interpreter over the TorchScript graph. Each TorchScript value maps to
 one *entry*: a `Constant` (known at export time), a typed `Value` (known only at run time), a
-`ListArg` (a fixed-length list) or a `_Tuple`. Walking the graph with these entries folds everything
+`ListArg` (a fixed-length list) or a `TupleEntry`. Walking the graph with these entries folds everything
 the input types decide: `aten::dim`, static `aten::size`, dtype and device queries, `is None` on a
 value that cannot be None, and with them every `prim::If` whose condition became a constant (the
 rank checks of `nn.GRUCell` and friends, and the `prim::RaiseException` they guard). What is left
@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from host_runtime import scalar_ops
 
-from .capture import CapturedModel
-from .errors import SpecializeError, UnsupportedOpError
-from .program import (
+from ..capture import CapturedModel
+from ..errors import SpecializeError, UnsupportedOpError
+from ..program import (
     Arg,
     Block,
     Constant,
@@ -51,28 +50,47 @@ from .program import (
     Type,
     Value,
 )
-
-# c10::ScalarType codes as TorchScript stores them in int constants.
-SCALAR_TYPE_CODES = {
-    0: torch.uint8,
-    1: torch.int8,
-    2: torch.int16,
-    3: torch.int32,
-    4: torch.int64,
-    5: torch.float16,
-    6: torch.float32,
-    7: torch.float64,
-    11: torch.bool,
-    15: torch.bfloat16,
-}
-DTYPE_CODES = {dtype: code for code, dtype in SCALAR_TYPE_CODES.items()}
-MEMORY_FORMAT_CODES = {
-    0: torch.contiguous_format,
-    1: torch.preserve_format,
-    2: torch.channels_last,
-    3: torch.channels_last_3d,
-}
-LAYOUT_CODES = {0: torch.strided}
+from .aliasing import collect_mutated_lists, mutated_outer
+from .schemas import (
+    DTYPE_CODES,
+    SCALAR_TYPE_CODES,
+    call_overload,
+    convert_args,
+    convert_kwargs,
+    dtype_name,
+    functional_overload,
+    mutates_first_argument,
+    resolve_overload,
+    result_tensors,
+    returns_view,
+    schema_touches_tensors,
+    source_of,
+    torch_dtype,
+)
+from .values import (
+    UNINITIALIZED,
+    TupleEntry,
+    flatten_entries,
+    fold_scalar,
+    hint_of,
+    holds_values,
+    input_types,
+    is_dynamic,
+    is_none,
+    join_types,
+    list_element_kind,
+    python_scalar,
+    real_value,
+    same_constant,
+    scalar_kind_of,
+    split_arguments,
+    tensor_type_of,
+    type_from_ts,
+    type_of,
+    unflatten_entries,
+    value_name,
+    walk_args,
+)
 
 SYNC_OPS = {
     "aten::Bool": "bool",
@@ -85,20 +103,6 @@ SYNC_OPS = {
 }
 # Ops whose result is random: never folded at export time.
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
-_UNINITIALIZED = object()
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
-
-
-@dataclass(frozen=True)
-class _Tuple:
-    items: tuple
 
 
 class _Specializer:
@@ -112,7 +116,7 @@ class _Specializer:
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
         # Lists that some node appends to: they live on the host as run-time values.
-        self.mutated_lists = _collect_mutated_lists(captured.graph)
+        self.mutated_lists = collect_mutated_lists(captured.graph)
 
     # -- values -----------------------------------------------------------------------------
     def new_value(self, type_: Type, name: str = "") -> Value:
@@ -130,7 +134,7 @@ class _Specializer:
     def materialize(self, entry: Any, source: str) -> Any:
         """A constant tensor that crosses control flow needs a device buffer: copy it in a segment."""
         if isinstance(entry, Constant) and isinstance(entry.value, torch.Tensor):
-            type_ = _tensor_type_of(entry)
+            type_ = tensor_type_of(entry)
             value = self.new_value(type_, "const")
             self.nodes.append(TensorOp("aten::clone.default", (entry,), (), (value,), source))
             return value
@@ -164,8 +168,8 @@ class _Specializer:
             self.bind(ts_param, entry)
         self.visit_nodes(block.nodes())
         results = [self.entry(v) for v in block.outputs()] + [self.entry(m) for m in mutated]
-        leaves, structure = _flatten(results)
-        results = _unflatten(structure, [self.materialize(leaf, "") for leaf in leaves])
+        leaves, structure = flatten_entries(results)
+        results = unflatten_entries(structure, [self.materialize(leaf, "") for leaf in leaves])
         nodes, raised = self.nodes, self.raised
         self.nodes, self.raised = saved_nodes, saved_raised
         return nodes, results, raised
@@ -179,13 +183,13 @@ class _Specializer:
         self.bind(output, Constant(output.toIValue()))
 
     def visit_tuple_construct(self, node: torch._C.Node) -> None:
-        self.bind(node.output(), _Tuple(tuple(self.entry(v) for v in node.inputs())))
+        self.bind(node.output(), TupleEntry(tuple(self.entry(v) for v in node.inputs())))
 
     def visit_tuple_unpack(self, node: torch._C.Node) -> None:
         tuple_entry = self.entry(node.input())
-        items = tuple_entry.items if isinstance(tuple_entry, _Tuple) else tuple_entry.value
+        items = tuple_entry.items if isinstance(tuple_entry, TupleEntry) else tuple_entry.value
         for output, item in zip(node.outputs(), items):
-            self.bind(output, item if isinstance(tuple_entry, _Tuple) else Constant(item))
+            self.bind(output, item if isinstance(tuple_entry, TupleEntry) else Constant(item))
 
     def visit_tuple_index(self, node: torch._C.Node) -> None:
         tuple_entry, index = (self.entry(v) for v in node.inputs())
@@ -195,8 +199,8 @@ class _Specializer:
         items = tuple(self.entry(v) for v in node.inputs())
         output = node.output()
         if output.unique() in self.mutated_lists:
-            element = _list_element_kind(output.type())
-            value = self.new_value(ListType(element, tuple(_hint_of(i) for i in items)), _name(output))
+            element = list_element_kind(output.type())
+            value = self.new_value(ListType(element, tuple(hint_of(i) for i in items)), value_name(output))
             self.nodes.append(HostOp("prim::ListConstruct", items, (value,), source_of(node)))
             self.bind(output, value)
         elif all(isinstance(i, Constant) and not isinstance(i.value, torch.Tensor) for i in items):
@@ -220,7 +224,7 @@ class _Specializer:
         self.bind(node.output(), self.entry(node.input()))
 
     def visit_uninitialized(self, node: torch._C.Node) -> None:
-        self.bind(node.output(), Constant(_UNINITIALIZED))
+        self.bind(node.output(), Constant(UNINITIALIZED))
 
     def visit_raise(self, node: torch._C.Node) -> None:
         message = self.entry(node.inputsAt(0))
@@ -234,7 +238,7 @@ class _Specializer:
     def visit_type_query(self, node: torch._C.Node) -> None:
         kind = node.kind()
         subject = self.entry(node.inputsAt(0))
-        tensor_type = _tensor_type_of(subject)
+        tensor_type = tensor_type_of(subject)
         if tensor_type is None:
             raise SpecializeError(f"{kind} on a non-tensor ({source_of(node)})")
         dtype = torch_dtype(tensor_type.dtype)
@@ -261,7 +265,7 @@ class _Specializer:
         negate = node.kind() == "aten::__isnot__"
         if isinstance(left, Constant) and isinstance(right, Constant):
             same = left.value is right.value or (left.value is None and right.value is None)
-        elif _is_none(left) or _is_none(right):
+        elif is_none(left) or is_none(right):
             same = False  # a run-time value is never None: the IR has no Optional types
         else:
             raise SpecializeError(f"`is` between two run-time values ({source_of(node)})")
@@ -270,7 +274,7 @@ class _Specializer:
     def visit_size(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]
         tensor = inputs[0]
-        tensor_type = _tensor_type_of(tensor)
+        tensor_type = tensor_type_of(tensor)
         if tensor_type is None:
             return self.visit_op(node)
         if isinstance(tensor, Constant):
@@ -329,7 +333,7 @@ class _Specializer:
             return
         kind = scalar.type.kind
         dtype = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}[kind]
-        output = self.new_value(TensorType(dtype_name(dtype), (), ()), _name(node.output()))
+        output = self.new_value(TensorType(dtype_name(dtype), (), ()), value_name(node.output()))
         self.nodes.append(
             TensorOp(
                 "aten::scalar_tensor.default",
@@ -345,12 +349,12 @@ class _Specializer:
         """`torch.tensor(list)`: an upload from the host when the list is only known at run time."""
         inputs = [self.entry(v) for v in node.inputs()]
         data = inputs[0]
-        if all(isinstance(i, Constant) for i in inputs) or not _holds_values(data):
+        if all(isinstance(i, Constant) for i in inputs) or not holds_values(data):
             return self.visit_op(node)
         dtype_code = inputs[1].value if len(inputs) > 1 and isinstance(inputs[1], Constant) else None
         element = data.type.element if isinstance(data, Value) and isinstance(data.type, ListType) else None
         if element is None and isinstance(data, ListArg):
-            element = _scalar_kind_of(data.items[0])
+            element = scalar_kind_of(data.items[0])
         if isinstance(data, Value) and isinstance(data.type, ScalarType):
             element = data.type.kind
         if dtype_code is not None:
@@ -364,7 +368,7 @@ class _Specializer:
             shape = hint = ()
         else:
             shape, hint = (None,), (max(2, len(data.type.hint)),)
-        output = self.new_value(TensorType(dtype_name(dtype), shape, hint), _name(node.output()))
+        output = self.new_value(TensorType(dtype_name(dtype), shape, hint), value_name(node.output()))
         self.nodes.append(HostOp("aten::tensor", (data, Constant(dtype_name(dtype))), (output,), source_of(node)))
         self.bind(node.output(), output)
 
@@ -380,15 +384,15 @@ class _Specializer:
                     self.bind(output, self.entry(result))
             return
         label = f"if{next(self.labels)}"
-        mutated = _mutated_outer(self, [then_block, else_block])
+        mutated = mutated_outer([then_block, else_block])
         saved_env = dict(self.env)
         then_nodes, then_results, then_raised = self.sub_block(then_block, (), mutated)
         self.env = dict(saved_env)
         else_nodes, else_results, else_raised = self.sub_block(else_block, (), mutated)
         self.env = saved_env
         source = source_of(node)
-        then_leaves, structure = _flatten(then_results)
-        else_leaves, else_structure = _flatten(else_results)
+        then_leaves, structure = flatten_entries(then_results)
+        else_leaves, else_structure = flatten_entries(else_results)
         if not then_raised and not else_raised and structure != else_structure:
             raise SpecializeError(f"the two sides of a branch return differently shaped tuples ({source})")
         if then_raised:
@@ -400,20 +404,20 @@ class _Specializer:
         for index in range(len(else_leaves if then_raised else then_leaves)):
             a = None if then_raised else then_leaves[index]
             b = None if else_raised else else_leaves[index]
-            if a is not None and b is not None and _same_constant(a, b):
+            if a is not None and b is not None and same_constant(a, b):
                 joined.append(a)
                 continue
-            type_a = None if a is None else _type_of(a, source)
-            type_b = None if b is None else _type_of(b, source)
-            type_ = _join(type_a, type_b, source)
+            type_a = None if a is None else type_of(a, source)
+            type_b = None if b is None else type_of(b, source)
+            type_ = join_types(type_a, type_b, source)
             if type_ is None:
                 joined.append(a if a is not None else b)
                 continue
             value = self.new_value(type_, "r")
             outputs.append(value)
             joined.append(value)
-            then_yield.append(Constant(_UNINITIALIZED) if a is None else a)
-            else_yield.append(Constant(_UNINITIALIZED) if b is None else b)
+            then_yield.append(Constant(UNINITIALIZED) if a is None else a)
+            else_yield.append(Constant(UNINITIALIZED) if b is None else b)
         self.nodes.append(
             If(
                 condition,
@@ -427,7 +431,7 @@ class _Specializer:
         if then_raised and else_raised:
             self.raised = True
             return
-        rebuilt = _unflatten(structure, joined)
+        rebuilt = unflatten_entries(structure, joined)
         ts_outputs = list(node.outputs())
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
@@ -447,26 +451,26 @@ class _Specializer:
                 self.bind(output, entry)
             return
         label = f"loop{next(self.labels)}"
-        mutated = _mutated_outer(self, [body])
+        mutated = mutated_outer([body])
         initial = list(carried) + [self.entry(m) for m in mutated]
-        initial_leaves, structure = _flatten(initial)
+        initial_leaves, structure = flatten_entries(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
-        types = [_type_of(leaf, source) for leaf in initial_leaves]
+        types = [type_of(leaf, source) for leaf in initial_leaves]
         for _attempt in range(6):
             index = self.new_value(ScalarType("int", 0), "i")
             params = [self.new_value(t, "c") for t in types]
             saved_env = dict(self.env)
-            entries = _unflatten(structure, params)
+            entries = unflatten_entries(structure, params)
             for ts_value, entry in zip(mutated, entries[len(carried) :]):
                 self.bind(ts_value, entry)
             body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
             self.env = saved_env
             if raised:
                 raise SpecializeError(f"a loop body that always raises ({source})")
-            result_leaves, result_structure = _flatten(results[1:])
+            result_leaves, result_structure = flatten_entries(results[1:])
             if result_structure != structure:
                 raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
-            new_types = [_join(t, _type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
+            new_types = [join_types(t, type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
             if new_types == types:
                 break
             types = new_types
@@ -484,7 +488,7 @@ class _Specializer:
                 source,
             )
         )
-        rebuilt = _unflatten(structure, list(outputs))
+        rebuilt = unflatten_entries(structure, list(outputs))
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
@@ -496,11 +500,11 @@ class _Specializer:
         entries = [self.entry(v) for v in node.inputs()]
         source = source_of(node)
         overload = resolve_overload(node)
-        if kind in SYNC_OPS and entries and _tensor_type_of(entries[0]) is not None:
+        if kind in SYNC_OPS and entries and tensor_type_of(entries[0]) is not None:
             return self.visit_sync(node, entries, source)
         if kind == "aten::append":
             return self.visit_append(node, entries, source)
-        has_tensor = overload is not None and _schema_touches_tensors(overload._schema)
+        has_tensor = overload is not None and schema_touches_tensors(overload._schema)
         if not has_tensor:
             return self.visit_host_op(node, overload, entries, source)
         if overload is None:
@@ -511,7 +515,7 @@ class _Specializer:
         tensor = entries[0]
         output = node.output()
         if isinstance(tensor, Constant):
-            self.bind(output, Constant(_python_scalar(tensor.value, node.kind())))
+            self.bind(output, Constant(python_scalar(tensor.value, node.kind())))
             return
         kind = SYNC_OPS[node.kind()]
         if kind is None:
@@ -519,7 +523,7 @@ class _Specializer:
             if tensor.type.dtype == "bool":
                 kind = "bool"
         hint = {"bool": True, "int": 1, "float": 1.0}[kind]
-        value = self.new_value(ScalarType(kind, hint), _name(output))
+        value = self.new_value(ScalarType(kind, hint), value_name(output))
         target = {"bool": "aten::Bool.Tensor", "int": "aten::Int.Tensor", "float": "aten::Float.Tensor"}[kind]
         self.nodes.append(HostOp(target, (tensor,), (value,), source))
         self.bind(output, value)
@@ -528,8 +532,8 @@ class _Specializer:
         items, item = entries
         if not isinstance(items, Value):
             raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
-        hint = tuple(items.type.hint) + (_hint_of(item),)
-        value = self.new_value(ListType(items.type.element, hint), _name(node.inputsAt(0)))
+        hint = tuple(items.type.hint) + (hint_of(item),)
+        value = self.new_value(ListType(items.type.element, hint), value_name(node.inputsAt(0)))
         self.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
         # SSA: the list value itself now means the appended list.
         self.bind(node.inputsAt(0), value)
@@ -542,7 +546,7 @@ class _Specializer:
                 # Only error messages are formatted from run-time values; keep the template.
                 self.bind(node.output(), Constant(str(entries[0].value)))
                 return
-            self.bind_constants(node, _fold_scalar(kind, overload, [e.value for e in entries], source))
+            self.bind_constants(node, fold_scalar(kind, overload, [e.value for e in entries], source))
             return
         if kind == "aten::__range_length":
             return self.visit_range_length(node, entries, source)
@@ -555,14 +559,14 @@ class _Specializer:
         if scalar_ops.lookup(kind) is None:
             raise UnsupportedOpError(kind, source, detail="host operation on run-time values")
         target = kind + ("." + overload._overloadname if overload is not None else "")
-        hints = [_hint_of(e) for e in entries]
+        hints = [hint_of(e) for e in entries]
         try:
             hint = scalar_ops.lookup(kind).function(*hints)
         except Exception:
             hint = None
         output = node.output()
-        type_ = _type_from_ts(output.type(), hint)
-        value = self.new_value(type_, _name(output))
+        type_ = type_from_ts(output.type(), hint)
+        value = self.new_value(type_, value_name(output))
         self.nodes.append(HostOp(target, tuple(entries), (value,), source))
         self.bind(output, value)
 
@@ -570,7 +574,7 @@ class _Specializer:
         if all(isinstance(a, Constant) for a in args):
             return Constant(scalar_ops.lookup(target).function(*(a.value for a in args)))
         try:
-            hint = scalar_ops.lookup(target).function(*(_hint_of(a) for a in args))
+            hint = scalar_ops.lookup(target).function(*(hint_of(a) for a in args))
         except Exception:
             hint = 1
         value = self.new_value(ScalarType(kind, hint), "")
@@ -590,8 +594,8 @@ class _Specializer:
     def visit_tensor_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
         schema = overload._schema
         mutated_input = None
-        if _mutates_first_argument(schema):
-            functional = _functional_overload(overload)
+        if mutates_first_argument(schema):
+            functional = functional_overload(overload)
             if functional is None:
                 raise UnsupportedOpError(
                     str(schema.name) + "." + overload._overloadname,
@@ -606,29 +610,29 @@ class _Specializer:
                 )
             overload = functional
             schema = overload._schema
-        args, kwargs = _split_arguments(schema, entries)
+        args, kwargs = split_arguments(schema, entries)
         target = f"{schema.name}.{overload._overloadname}"
         outputs_ts = list(node.outputs())
         if not any("Tensor" in str(r.type) for r in schema.returns):
             return self.visit_tensor_query(node, overload, args, kwargs, target, source)
         returns_list = len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[")
         returns = "list" if returns_list else ("tuple" if len(schema.returns) > 1 else "single")
-        values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
+        values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
         if not values_in and not _NONDETERMINISTIC.search(target):
-            result = _call(overload, args, kwargs, lambda a: _real(a), source, target)
+            result = call_overload(overload, args, kwargs, lambda a: real_value(a), source, target)
             self._bind_results(outputs_ts, returns, result, fold=True)
             return
-        meta_a = _call(overload, args, kwargs, lambda a: self.meta(a), source, target)
-        results_a = _result_tensors(meta_a, returns)
+        meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
+        results_a = result_tensors(meta_a, returns)
         perturbed: list[list[tuple]] = []
-        if any(_is_dynamic(v) for v in values_in):
+        if any(is_dynamic(v) for v in values_in):
             for perturbation in _PERTURBATIONS:
                 try:
                     meta_b = overload(
-                        *_convert(args, lambda a, p=perturbation: self.meta(a, p)),
-                        **dict(_convert_kwargs(kwargs, lambda a, p=perturbation: self.meta(a, p))),
+                        *convert_args(args, lambda a, p=perturbation: self.meta(a, p)),
+                        **dict(convert_kwargs(kwargs, lambda a, p=perturbation: self.meta(a, p))),
                     )
-                    perturbed.append([tuple(t.shape) for t in _result_tensors(meta_b, returns)])
+                    perturbed.append([tuple(t.shape) for t in result_tensors(meta_b, returns)])
                 except Exception:
                     perturbed.append([tuple(None for _ in t.shape) for t in results_a])
         outputs: list[Value] = []
@@ -638,10 +642,10 @@ class _Specializer:
                 d if all(shapes[position][dim] == d for shapes in perturbed) else None for dim, d in enumerate(shape_a)
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
-            name = _name(outputs_ts[0]) if returns == "single" else "t"
+            name = value_name(outputs_ts[0]) if returns == "single" else "t"
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
         self.nodes.append(TensorOp(target, tuple(args), tuple(kwargs), tuple(outputs), source, returns))
-        if _returns_view(schema):
+        if returns_view(schema):
             self.views.update(outputs)
         self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
@@ -654,10 +658,10 @@ class _Specializer:
 
         The answer is known at export time when it does not depend on a dynamic dim.
         """
-        values_in = [e for e in _walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
-        if any(_is_dynamic(v) for v in values_in):
+        values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
+        if any(is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
-        self.bind_constants(node, _call(overload, args, kwargs, lambda a: self.meta(a), source, target))
+        self.bind_constants(node, call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target))
 
     def bind_constants(self, node: torch._C.Node, result: Any) -> None:
         """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
@@ -712,449 +716,6 @@ class _Specializer:
 _PERTURBATIONS: tuple[Callable[[int], int], ...] = (lambda hint: hint + 1, lambda hint: 2 * hint + 1)
 
 
-def overload_of(target: str) -> Any:
-    """ "aten::linear.default" -> torch.ops.aten.linear.default."""
-    namespace, _, rest = target.partition("::")
-    name, _, overload_name = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, namespace), name), overload_name or "default")
-
-
-def _real(arg: Any) -> Any:
-    if isinstance(arg, Constant):
-        return arg.value
-    if isinstance(arg, ListArg):
-        return [_real(a) for a in arg.items]
-    raise SpecializeError("internal: folding a run-time value")
-
-
-def _convert(args: list, convert: Any) -> list:
-    return [convert(a) for a in args]
-
-
-def _convert_kwargs(kwargs: list, convert: Any) -> list:
-    return [(k, convert(a)) for k, a in kwargs]
-
-
-def _call(overload: Any, args: list, kwargs: list, convert: Any, source: str, target: str) -> Any:
-    try:
-        return overload(*_convert(args, convert), **dict(_convert_kwargs(kwargs, convert)))
-    except Exception as error:
-        raise UnsupportedOpError(target, source, detail=f"cannot compute its result type: {error}") from error
-
-
-def _result_tensors(result: Any, returns: str) -> list[torch.Tensor]:
-    if returns == "single":
-        return [result]
-    return list(result)
-
-
-def _walk_args(args: Iterable[Any]) -> Iterable[Any]:
-    for arg in args:
-        if isinstance(arg, ListArg):
-            yield from _walk_args(arg.items)
-        else:
-            yield arg
-
-
-def _is_dynamic(value: Value) -> bool:
-    type_ = value.type
-    if isinstance(type_, TensorType):
-        return any(d is None for d in type_.shape)
-    return isinstance(type_, (ScalarType, ListType)) and getattr(type_, "kind", "int") == "int"
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers over TorchScript graphs and schemas
-
-
-_SOURCE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def source_of(node: torch._C.Node) -> str:
-    """ "file.py:12" of the TorchScript node, or "" when TorchScript kept no source."""
-    try:
-        text = node.sourceRange()
-    except Exception:
-        return ""
-    match = _SOURCE_LINE.search(text or "")
-    if not match:
-        return ""
-    return f"{match.group(1)}:{match.group(2)}"
-
-
-def _name(ts_value: torch._C.Value) -> str:
-    name = ts_value.debugName().split(".")[0]
-    return name if not name.isdigit() else ""
-
-
-_OVERLOAD_CACHE: dict[str, Any] = {}
-
-
-def resolve_overload(node: torch._C.Node) -> Any:
-    """The `torch.ops` overload whose schema is the node's schema (None for schema-less prim ops)."""
-    try:
-        schema_text = node.schema()
-    except RuntimeError:
-        return None
-    if schema_text == "(no schema)":
-        return None
-    if schema_text in _OVERLOAD_CACHE:
-        return _OVERLOAD_CACHE[schema_text]
-    namespace, name = node.kind().split("::")
-    packet = getattr(getattr(torch.ops, namespace, None), name, None)
-    found = None
-    if packet is not None:
-        for overload_name in packet.overloads():
-            overload = getattr(packet, overload_name)
-            if str(overload._schema) == schema_text:
-                found = overload
-                break
-    _OVERLOAD_CACHE[schema_text] = found
-    return found
-
-
-def _schema_touches_tensors(schema: Any) -> bool:
-    types = [str(a.type) for a in schema.arguments] + [str(r.type) for r in schema.returns]
-    return any("Tensor" in t for t in types)
-
-
-def _mutates_first_argument(schema: Any) -> bool:
-    if not schema.arguments:
-        return False
-    alias = schema.arguments[0].alias_info
-    return alias is not None and alias.is_write and "Tensor" in str(schema.arguments[0].type)
-
-
-def _returns_view(schema: Any) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-
-
-def _functional_overload(overload: Any) -> Any:
-    schema = overload._schema
-    name = schema.name.split("::")[1]
-    functional_name = name[:-1] if name.endswith("_") else name
-    packet = getattr(torch.ops.aten, functional_name, None)
-    if packet is None:
-        return None
-    wanted = [str(a.type) for a in schema.arguments]
-    for overload_name in packet.overloads():
-        candidate = getattr(packet, overload_name)
-        arguments = candidate._schema.arguments
-        if [str(a.type) for a in arguments] == wanted and not _mutates_first_argument(candidate._schema):
-            if not any(a.alias_info is not None and a.alias_info.is_write for a in arguments):
-                return candidate
-    return None
-
-
-def _split_arguments(schema: Any, entries: list) -> tuple[list, list]:
-    """Positional and keyword arguments, with TorchScript's int codes turned into torch enums."""
-    args: list = []
-    kwargs: list = []
-    for argument, entry in zip(schema.arguments, entries):
-        real = str(argument.real_type)
-        if isinstance(entry, Constant) and entry.value is not None:
-            if "ScalarType" in real and isinstance(entry.value, int):
-                entry = Constant(SCALAR_TYPE_CODES[entry.value])
-            elif "MemoryFormat" in real and isinstance(entry.value, int):
-                entry = Constant(MEMORY_FORMAT_CODES[entry.value])
-            elif "Layout" in real and isinstance(entry.value, int):
-                entry = Constant(LAYOUT_CODES[entry.value])
-        if isinstance(entry, _Tuple):
-            entry = ListArg(tuple(entry.items))
-        if argument.kwarg_only:
-            kwargs.append((argument.name, entry))
-        else:
-            args.append(entry)
-    return args, kwargs
-
-
-def _mutated_outer(spec: _Specializer, blocks: list) -> list:
-    """TorchScript values defined outside `blocks` that nodes inside them mutate in place."""
-    defined: set[int] = set()
-    mutated: list = []
-    seen: set[int] = set()
-
-    def collect(block: Any) -> None:
-        for param in block.inputs():
-            defined.add(param.unique())
-        for node in block.nodes():
-            for output in node.outputs():
-                defined.add(output.unique())
-            for inner in node.blocks():
-                collect(inner)
-
-    def scan(block: Any) -> None:
-        for node in block.nodes():
-            if _node_mutates_first_input(node):
-                target = node.inputsAt(0)
-                if target.unique() not in defined and target.unique() not in seen:
-                    seen.add(target.unique())
-                    mutated.append(target)
-            for inner in node.blocks():
-                scan(inner)
-
-    for block in blocks:
-        collect(block)
-    for block in blocks:
-        scan(block)
-    return mutated
-
-
-_LIST_MUTATORS = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend"}
-
-
-def _node_mutates_first_input(node: torch._C.Node) -> bool:
-    if node.kind() in _LIST_MUTATORS:
-        return True
-    if not node.kind().startswith("aten::") or node.inputsSize() == 0:
-        return False
-    overload = resolve_overload(node)
-    return overload is not None and _mutates_first_argument(overload._schema)
-
-
-def _list_element_kind(ts_type: Any) -> str:
-    text = str(ts_type)
-    for kind in ("int", "float", "bool"):
-        if text == f"List[{kind}]" or text == f"{kind}[]":
-            return kind
-    raise SpecializeError(f"a list of {text} that changes at run time: only lists of int, float or bool can")
-
-
-def _type_from_ts(ts_type: Any, hint: Any) -> Type:
-    text = str(ts_type)
-    if text in ("int", "float", "bool"):
-        default = {"int": 1, "float": 1.0, "bool": True}[text]
-        return ScalarType(text, hint if hint is not None else default)
-    if text in ("Scalar", "number"):
-        kind = "float" if isinstance(hint, float) else "int"
-        return ScalarType(kind, hint if hint is not None else 1)
-    if text.startswith("List[") or text.endswith("[]"):
-        return ListType(_list_element_kind(ts_type), tuple(hint or ()))
-    raise SpecializeError(f"a run-time value of type {text} on the host is not supported")
-
-
-def _fold_scalar(kind: str, overload: Any, values: list, source: str) -> Any:
-    op = scalar_ops.lookup(kind)
-    if op is not None:
-        try:
-            return op.function(*values)
-        except Exception as error:
-            raise SpecializeError(f"{kind} fails on the example values ({source}): {error}") from error
-    if overload is not None:
-        try:
-            return overload(*values)
-        except Exception as error:
-            raise SpecializeError(f"cannot evaluate {kind} at export time ({source}): {error}") from error
-    raise UnsupportedOpError(kind, source, detail="cannot be evaluated at export time")
-
-
-def _python_scalar(tensor: torch.Tensor, kind: str) -> Any:
-    item = tensor.item()
-    if kind == "aten::Bool":
-        return bool(item)
-    if kind in ("aten::Int", "aten::IntImplicit"):
-        return int(item)
-    if kind in ("aten::Float", "aten::FloatImplicit"):
-        return float(item)
-    return item
-
-
-# ---------------------------------------------------------------------------------------------
-# Entries and their types
-
-
-def _is_none(entry: Any) -> bool:
-    return isinstance(entry, Constant) and entry.value is None
-
-
-def _tensor_type_of(entry: Any) -> TensorType | None:
-    if isinstance(entry, Value) and isinstance(entry.type, TensorType):
-        return entry.type
-    if isinstance(entry, Constant) and isinstance(entry.value, torch.Tensor):
-        shape = tuple(entry.value.shape)
-        return TensorType(dtype_name(entry.value.dtype), shape, shape)
-    return None
-
-
-def _scalar_kind_of(entry: Any) -> str:
-    if isinstance(entry, Value) and isinstance(entry.type, ScalarType):
-        return entry.type.kind
-    if isinstance(entry, Constant):
-        return {bool: "bool", int: "int", float: "float"}.get(type(entry.value), "int")
-    return "int"
-
-
-def _holds_values(entry: Any) -> bool:
-    if isinstance(entry, Value):
-        return True
-    if isinstance(entry, ListArg):
-        return any(_holds_values(i) for i in entry.items)
-    return False
-
-
-def _hint_of(entry: Any) -> Any:
-    if isinstance(entry, Constant):
-        return entry.value
-    if isinstance(entry, Value):
-        return entry.type.hint
-    if isinstance(entry, ListArg):
-        return [_hint_of(i) for i in entry.items]
-    return None
-
-
-def _same_constant(a: Any, b: Any) -> bool:
-    if not (isinstance(a, Constant) and isinstance(b, Constant)):
-        return False
-    if isinstance(a.value, torch.Tensor) or isinstance(b.value, torch.Tensor):
-        return a.value is b.value
-    return type(a.value) is type(b.value) and a.value == b.value
-
-
-def _type_of(entry: Any, source: str) -> Type | None:
-    if isinstance(entry, Value):
-        return entry.type
-    if isinstance(entry, Constant):
-        value = entry.value
-        if value is _UNINITIALIZED:
-            return None
-        if isinstance(value, bool):
-            return ScalarType("bool", value)
-        if isinstance(value, int):
-            return ScalarType("int", value)
-        if isinstance(value, float):
-            return ScalarType("float", value)
-        if isinstance(value, torch.Tensor):
-            return _tensor_type_of(entry)
-        if isinstance(value, list) and all(isinstance(v, (int, float, bool)) for v in value):
-            kind = _scalar_kind_of(Constant(value[0])) if value else "int"
-            return ListType(kind, tuple(value))
-        if value is None:
-            raise SpecializeError(
-                f"a value that is None on one path and set on another ({source}): Optional values "
-                "cannot cross data-dependent control flow; give it a default (e.g. a zero tensor)"
-            )
-    raise SpecializeError(f"a {type(entry).__name__} cannot cross data-dependent control flow ({source})")
-
-
-def _join(a: Type | None, b: Type | None, source: str) -> Type | None:
-    """The least type that holds both (dims that differ become dynamic)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if isinstance(a, TensorType) and isinstance(b, TensorType):
-        if a.dtype != b.dtype:
-            raise SpecializeError(f"a tensor is {a.dtype} on one path and {b.dtype} on another ({source})")
-        if a.rank != b.rank:
-            raise SpecializeError(f"a tensor has rank {a.rank} on one path and {b.rank} on another ({source})")
-        shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
-        hint = tuple(h if s is not None else max(h, g, 2) for h, g, s in zip(a.hint, b.hint, shape))
-        return TensorType(a.dtype, shape, hint)
-    if isinstance(a, ScalarType) and isinstance(b, ScalarType):
-        if a.kind != b.kind:
-            if {a.kind, b.kind} == {"int", "float"}:
-                return ScalarType("float", float(a.hint))
-            raise SpecializeError(f"a value is {a.kind} on one path and {b.kind} on another ({source})")
-        return a
-    if isinstance(a, ListType) and isinstance(b, ListType):
-        return ListType(a.element, a.hint if len(a.hint) >= len(b.hint) else b.hint)
-    raise SpecializeError(f"a value changes kind between paths ({source})")
-
-
-def _flatten(entries: list) -> tuple[list, Any]:
-    leaves: list = []
-
-    def walk(entry: Any) -> Any:
-        if isinstance(entry, _Tuple):
-            return ("tuple", tuple(walk(i) for i in entry.items))
-        if isinstance(entry, ListArg):
-            return ("list", tuple(walk(i) for i in entry.items))
-        leaves.append(entry)
-        return "leaf"
-
-    structure = tuple(walk(e) for e in entries)
-    return leaves, structure
-
-
-def _unflatten(structure: Any, leaves: list) -> list:
-    iterator = iter(leaves)
-
-    def build(node: Any) -> Any:
-        if node == "leaf":
-            return next(iterator)
-        kind, items = node
-        built = tuple(build(i) for i in items)
-        return _Tuple(built) if kind == "tuple" else ListArg(built)
-
-    return [build(s) for s in structure]
-
-
-# ---------------------------------------------------------------------------------------------
-# Entry point
-
-
-def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type]:
-    """Types of the graph inputs, from the example inputs and the dims declared dynamic."""
-    ts_inputs = list(captured.graph.inputs())[1:]
-    if len(example_inputs) != len(ts_inputs):
-        raise SpecializeError(
-            f"{captured.name}.forward takes {len(ts_inputs)} inputs "
-            f"({', '.join(captured.input_names)}) but {len(example_inputs)} example inputs were given"
-        )
-    dynamic = _dynamic_dims(captured, dynamic_shapes)
-    types: list[Type] = []
-    for name, ts_value, example, dims in zip(captured.input_names, ts_inputs, example_inputs, dynamic):
-        declared = str(ts_value.type())
-        if isinstance(example, torch.Tensor):
-            if "Tensor" not in declared:
-                raise SpecializeError(f"input {name!r} is declared {declared} but the example is a tensor")
-            shape = tuple(None if d in dims else int(s) for d, s in enumerate(example.shape))
-            hint = tuple(max(int(s), 2) if d in dims else int(s) for d, s in enumerate(example.shape))
-            types.append(TensorType(dtype_name(example.dtype), shape, hint))
-        elif isinstance(example, bool):
-            types.append(ScalarType("bool", example))
-        elif isinstance(example, int):
-            types.append(ScalarType("int", example))
-        elif isinstance(example, float):
-            types.append(ScalarType("float", example))
-        else:
-            raise SpecializeError(
-                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors or "
-                "Python int, float or bool"
-            )
-        if isinstance(example, (bool, int, float)) and declared not in ("int", "float", "bool"):
-            raise SpecializeError(
-                f"input {name!r} is declared {declared} but the example is a {type(example).__name__}"
-            )
-    return types
-
-
-def _dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]]:
-    count = len(captured.input_names)
-    if dynamic_shapes is None:
-        return [set() for _ in range(count)]
-    if isinstance(dynamic_shapes, dict):
-        unknown = set(dynamic_shapes) - set(captured.input_names)
-        if unknown:
-            raise SpecializeError(
-                f"dynamic_shapes names unknown inputs {sorted(unknown)}; inputs are {list(captured.input_names)}"
-            )
-        per_input = [dynamic_shapes.get(name) for name in captured.input_names]
-    else:
-        per_input = list(dynamic_shapes)
-        if len(per_input) != count:
-            raise SpecializeError(f"dynamic_shapes has {len(per_input)} entries for {count} inputs")
-    dims: list[set[int]] = []
-    for spec in per_input:
-        if spec is None:
-            dims.append(set())
-        elif isinstance(spec, dict):
-            dims.append({int(d) for d in spec})
-        else:
-            dims.append({d for d, s in enumerate(spec) if s is not None})
-    return dims
-
-
 def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> Program:
     """Type the captured graph by the example inputs and fold what the types decide."""
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
@@ -1167,7 +728,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     if spec.raised:
         raise SpecializeError(f"{captured.name} always raises on inputs of the example's types")
     outputs = [spec.entry(v) for v in captured.graph.outputs()]
-    leaves, structure = _flatten(outputs)
+    leaves, structure = flatten_entries(outputs)
     leaves = [spec.materialize(leaf, "") for leaf in leaves]
     counter = iter(range(len(leaves)))
 
@@ -1185,20 +746,6 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
             )
     body = Block(params, tuple(spec.nodes), tuple(leaves))
     return Program(captured.input_names, body, output_tree, (), captured.name)
-
-
-def _collect_mutated_lists(graph: torch._C.Graph) -> set[int]:
-    mutated: set[int] = set()
-
-    def scan(block: Any) -> None:
-        for node in block.nodes():
-            if node.kind() in _LIST_MUTATORS:
-                mutated.add(node.inputsAt(0).unique())
-            for inner in node.blocks():
-                scan(inner)
-
-    scan(graph)
-    return mutated
 
 
 _HANDLERS = {

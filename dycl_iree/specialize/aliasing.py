@@ -1,0 +1,75 @@
+"""Which TorchScript values a graph mutates in place (lists and tensors).
+
+The Program is SSA; TorchScript mutates lists (`aten::append`) and tensors (`add_`) in place. The
+visitor rebinds a mutated value to a new Program value, and a value defined outside a branch or
+loop but mutated inside it becomes an extra output or a loop-carried value: this module finds them.
+
+Example:
+    >>> mutated_outer([then_block, else_block])                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .schemas import mutates_first_argument, resolve_overload
+
+
+def mutated_outer(blocks: list) -> list:
+    """TorchScript values defined outside `blocks` that nodes inside them mutate in place."""
+    defined: set[int] = set()
+    mutated: list = []
+    seen: set[int] = set()
+
+    def collect(block: Any) -> None:
+        for param in block.inputs():
+            defined.add(param.unique())
+        for node in block.nodes():
+            for output in node.outputs():
+                defined.add(output.unique())
+            for inner in node.blocks():
+                collect(inner)
+
+    def scan(block: Any) -> None:
+        for node in block.nodes():
+            if node_mutates_first_input(node):
+                target = node.inputsAt(0)
+                if target.unique() not in defined and target.unique() not in seen:
+                    seen.add(target.unique())
+                    mutated.append(target)
+            for inner in node.blocks():
+                scan(inner)
+
+    for block in blocks:
+        collect(block)
+    for block in blocks:
+        scan(block)
+    return mutated
+
+
+LIST_MUTATORS = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend"}
+
+
+def node_mutates_first_input(node: torch._C.Node) -> bool:
+    if node.kind() in LIST_MUTATORS:
+        return True
+    if not node.kind().startswith("aten::") or node.inputsSize() == 0:
+        return False
+    overload = resolve_overload(node)
+    return overload is not None and mutates_first_argument(overload._schema)
+
+
+def collect_mutated_lists(graph: torch._C.Graph) -> set[int]:
+    mutated: set[int] = set()
+
+    def scan(block: Any) -> None:
+        for node in block.nodes():
+            if node.kind() in LIST_MUTATORS:
+                mutated.add(node.inputsAt(0).unique())
+            for inner in node.blocks():
+                scan(inner)
+
+    scan(graph)
+    return mutated

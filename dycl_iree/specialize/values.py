@@ -1,0 +1,325 @@
+"""What specialize knows about each TorchScript value: its *entry*, and the entries' types.
+
+An entry is a `Constant` (known at export time), a typed `Value` (known only at run time), a
+`ListArg` (a fixed-length list) or a `TupleEntry`. This module holds what the visitor asks of
+entries (their types, the join of two paths' types, flattening for outputs) and the types of the
+graph inputs from the example inputs and the dims declared dynamic.
+
+Example:
+    >>> join_types(TensorType("float32", (1, 4), (1, 4)), TensorType("float32", (1, 5), (1, 5)), "")  # doctest: +SKIP
+    TensorType(dtype='float32', shape=(1, None), hint=(1, 5))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+
+from host_runtime import scalar_ops
+
+from ..capture import CapturedModel
+from ..errors import SpecializeError, UnsupportedOpError
+from ..program import Constant, ListArg, ListType, ScalarType, TensorType, Type, Value
+from .schemas import LAYOUT_CODES, MEMORY_FORMAT_CODES, SCALAR_TYPE_CODES, dtype_name
+
+UNINITIALIZED = object()
+
+
+@dataclass(frozen=True)
+class TupleEntry:
+    items: tuple
+
+
+def real_value(arg: Any) -> Any:
+    if isinstance(arg, Constant):
+        return arg.value
+    if isinstance(arg, ListArg):
+        return [real_value(a) for a in arg.items]
+    raise SpecializeError("internal: folding a run-time value")
+
+
+def walk_args(args: Iterable[Any]) -> Iterable[Any]:
+    for arg in args:
+        if isinstance(arg, ListArg):
+            yield from walk_args(arg.items)
+        else:
+            yield arg
+
+
+def is_dynamic(value: Value) -> bool:
+    type_ = value.type
+    if isinstance(type_, TensorType):
+        return any(d is None for d in type_.shape)
+    return isinstance(type_, (ScalarType, ListType)) and getattr(type_, "kind", "int") == "int"
+
+
+def value_name(ts_value: torch._C.Value) -> str:
+    name = ts_value.debugName().split(".")[0]
+    return name if not name.isdigit() else ""
+
+
+def split_arguments(schema: Any, entries: list) -> tuple[list, list]:
+    """Positional and keyword arguments, with TorchScript's int codes turned into torch enums."""
+    args: list = []
+    kwargs: list = []
+    for argument, entry in zip(schema.arguments, entries):
+        real = str(argument.real_type)
+        if isinstance(entry, Constant) and entry.value is not None:
+            if "ScalarType" in real and isinstance(entry.value, int):
+                entry = Constant(SCALAR_TYPE_CODES[entry.value])
+            elif "MemoryFormat" in real and isinstance(entry.value, int):
+                entry = Constant(MEMORY_FORMAT_CODES[entry.value])
+            elif "Layout" in real and isinstance(entry.value, int):
+                entry = Constant(LAYOUT_CODES[entry.value])
+        if isinstance(entry, TupleEntry):
+            entry = ListArg(tuple(entry.items))
+        if argument.kwarg_only:
+            kwargs.append((argument.name, entry))
+        else:
+            args.append(entry)
+    return args, kwargs
+
+
+def list_element_kind(ts_type: Any) -> str:
+    text = str(ts_type)
+    for kind in ("int", "float", "bool"):
+        if text == f"List[{kind}]" or text == f"{kind}[]":
+            return kind
+    raise SpecializeError(f"a list of {text} that changes at run time: only lists of int, float or bool can")
+
+
+def type_from_ts(ts_type: Any, hint: Any) -> Type:
+    text = str(ts_type)
+    if text in ("int", "float", "bool"):
+        default = {"int": 1, "float": 1.0, "bool": True}[text]
+        return ScalarType(text, hint if hint is not None else default)
+    if text in ("Scalar", "number"):
+        kind = "float" if isinstance(hint, float) else "int"
+        return ScalarType(kind, hint if hint is not None else 1)
+    if text.startswith("List[") or text.endswith("[]"):
+        return ListType(list_element_kind(ts_type), tuple(hint or ()))
+    raise SpecializeError(f"a run-time value of type {text} on the host is not supported")
+
+
+def fold_scalar(kind: str, overload: Any, values: list, source: str) -> Any:
+    op = scalar_ops.lookup(kind)
+    if op is not None:
+        try:
+            return op.function(*values)
+        except Exception as error:
+            raise SpecializeError(f"{kind} fails on the example values ({source}): {error}") from error
+    if overload is not None:
+        try:
+            return overload(*values)
+        except Exception as error:
+            raise SpecializeError(f"cannot evaluate {kind} at export time ({source}): {error}") from error
+    raise UnsupportedOpError(kind, source, detail="cannot be evaluated at export time")
+
+
+def python_scalar(tensor: torch.Tensor, kind: str) -> Any:
+    item = tensor.item()
+    if kind == "aten::Bool":
+        return bool(item)
+    if kind in ("aten::Int", "aten::IntImplicit"):
+        return int(item)
+    if kind in ("aten::Float", "aten::FloatImplicit"):
+        return float(item)
+    return item
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries and their types
+
+
+def is_none(entry: Any) -> bool:
+    return isinstance(entry, Constant) and entry.value is None
+
+
+def tensor_type_of(entry: Any) -> TensorType | None:
+    if isinstance(entry, Value) and isinstance(entry.type, TensorType):
+        return entry.type
+    if isinstance(entry, Constant) and isinstance(entry.value, torch.Tensor):
+        shape = tuple(entry.value.shape)
+        return TensorType(dtype_name(entry.value.dtype), shape, shape)
+    return None
+
+
+def scalar_kind_of(entry: Any) -> str:
+    if isinstance(entry, Value) and isinstance(entry.type, ScalarType):
+        return entry.type.kind
+    if isinstance(entry, Constant):
+        return {bool: "bool", int: "int", float: "float"}.get(type(entry.value), "int")
+    return "int"
+
+
+def holds_values(entry: Any) -> bool:
+    if isinstance(entry, Value):
+        return True
+    if isinstance(entry, ListArg):
+        return any(holds_values(i) for i in entry.items)
+    return False
+
+
+def hint_of(entry: Any) -> Any:
+    if isinstance(entry, Constant):
+        return entry.value
+    if isinstance(entry, Value):
+        return entry.type.hint
+    if isinstance(entry, ListArg):
+        return [hint_of(i) for i in entry.items]
+    return None
+
+
+def same_constant(a: Any, b: Any) -> bool:
+    if not (isinstance(a, Constant) and isinstance(b, Constant)):
+        return False
+    if isinstance(a.value, torch.Tensor) or isinstance(b.value, torch.Tensor):
+        return a.value is b.value
+    return type(a.value) is type(b.value) and a.value == b.value
+
+
+def type_of(entry: Any, source: str) -> Type | None:
+    if isinstance(entry, Value):
+        return entry.type
+    if isinstance(entry, Constant):
+        value = entry.value
+        if value is UNINITIALIZED:
+            return None
+        if isinstance(value, bool):
+            return ScalarType("bool", value)
+        if isinstance(value, int):
+            return ScalarType("int", value)
+        if isinstance(value, float):
+            return ScalarType("float", value)
+        if isinstance(value, torch.Tensor):
+            return tensor_type_of(entry)
+        if isinstance(value, list) and all(isinstance(v, (int, float, bool)) for v in value):
+            kind = scalar_kind_of(Constant(value[0])) if value else "int"
+            return ListType(kind, tuple(value))
+        if value is None:
+            raise SpecializeError(
+                f"a value that is None on one path and set on another ({source}): Optional values "
+                "cannot cross data-dependent control flow; give it a default (e.g. a zero tensor)"
+            )
+    raise SpecializeError(f"a {type(entry).__name__} cannot cross data-dependent control flow ({source})")
+
+
+def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
+    """The least type that holds both (dims that differ become dynamic)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        if a.dtype != b.dtype:
+            raise SpecializeError(f"a tensor is {a.dtype} on one path and {b.dtype} on another ({source})")
+        if a.rank != b.rank:
+            raise SpecializeError(f"a tensor has rank {a.rank} on one path and {b.rank} on another ({source})")
+        shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
+        hint = tuple(h if s is not None else max(h, g, 2) for h, g, s in zip(a.hint, b.hint, shape))
+        return TensorType(a.dtype, shape, hint)
+    if isinstance(a, ScalarType) and isinstance(b, ScalarType):
+        if a.kind != b.kind:
+            if {a.kind, b.kind} == {"int", "float"}:
+                return ScalarType("float", float(a.hint))
+            raise SpecializeError(f"a value is {a.kind} on one path and {b.kind} on another ({source})")
+        return a
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return ListType(a.element, a.hint if len(a.hint) >= len(b.hint) else b.hint)
+    raise SpecializeError(f"a value changes kind between paths ({source})")
+
+
+def flatten_entries(entries: list) -> tuple[list, Any]:
+    leaves: list = []
+
+    def walk(entry: Any) -> Any:
+        if isinstance(entry, TupleEntry):
+            return ("tuple", tuple(walk(i) for i in entry.items))
+        if isinstance(entry, ListArg):
+            return ("list", tuple(walk(i) for i in entry.items))
+        leaves.append(entry)
+        return "leaf"
+
+    structure = tuple(walk(e) for e in entries)
+    return leaves, structure
+
+
+def unflatten_entries(structure: Any, leaves: list) -> list:
+    iterator = iter(leaves)
+
+    def build(node: Any) -> Any:
+        if node == "leaf":
+            return next(iterator)
+        kind, items = node
+        built = tuple(build(i) for i in items)
+        return TupleEntry(built) if kind == "tuple" else ListArg(built)
+
+    return [build(s) for s in structure]
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type]:
+    """Types of the graph inputs, from the example inputs and the dims declared dynamic."""
+    ts_inputs = list(captured.graph.inputs())[1:]
+    if len(example_inputs) != len(ts_inputs):
+        raise SpecializeError(
+            f"{captured.name}.forward takes {len(ts_inputs)} inputs "
+            f"({', '.join(captured.input_names)}) but {len(example_inputs)} example inputs were given"
+        )
+    dynamic = dynamic_dims(captured, dynamic_shapes)
+    types: list[Type] = []
+    for name, ts_value, example, dims in zip(captured.input_names, ts_inputs, example_inputs, dynamic):
+        declared = str(ts_value.type())
+        if isinstance(example, torch.Tensor):
+            if "Tensor" not in declared:
+                raise SpecializeError(f"input {name!r} is declared {declared} but the example is a tensor")
+            shape = tuple(None if d in dims else int(s) for d, s in enumerate(example.shape))
+            hint = tuple(max(int(s), 2) if d in dims else int(s) for d, s in enumerate(example.shape))
+            types.append(TensorType(dtype_name(example.dtype), shape, hint))
+        elif isinstance(example, bool):
+            types.append(ScalarType("bool", example))
+        elif isinstance(example, int):
+            types.append(ScalarType("int", example))
+        elif isinstance(example, float):
+            types.append(ScalarType("float", example))
+        else:
+            raise SpecializeError(
+                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors or "
+                "Python int, float or bool"
+            )
+        if isinstance(example, (bool, int, float)) and declared not in ("int", "float", "bool"):
+            raise SpecializeError(
+                f"input {name!r} is declared {declared} but the example is a {type(example).__name__}"
+            )
+    return types
+
+
+def dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]]:
+    count = len(captured.input_names)
+    if dynamic_shapes is None:
+        return [set() for _ in range(count)]
+    if isinstance(dynamic_shapes, dict):
+        unknown = set(dynamic_shapes) - set(captured.input_names)
+        if unknown:
+            raise SpecializeError(
+                f"dynamic_shapes names unknown inputs {sorted(unknown)}; inputs are {list(captured.input_names)}"
+            )
+        per_input = [dynamic_shapes.get(name) for name in captured.input_names]
+    else:
+        per_input = list(dynamic_shapes)
+        if len(per_input) != count:
+            raise SpecializeError(f"dynamic_shapes has {len(per_input)} entries for {count} inputs")
+    dims: list[set[int]] = []
+    for spec in per_input:
+        if spec is None:
+            dims.append(set())
+        elif isinstance(spec, dict):
+            dims.append({int(d) for d in spec})
+        else:
+            dims.append({d for d, s in enumerate(spec) if s is not None})
+    return dims
