@@ -10,19 +10,23 @@ Example:
     True
     >>> "--iree-llvmcpu-number-of-threads=4" in target_flags("llvm-cpu", cpu_threads=4)
     True
+    >>> target_flags("cuda:sm_86")
+    ['--iree-hal-target-device=cuda', '--iree-cuda-target=sm_86']
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
 from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
-# "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu).
+# "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu); "cuda:sm_XX" picks the GPU
+# architecture (CUDA_ARCHITECTURE when not given).
 # Convolutions run channels-last: IREE's preprocessing converts each NCHW convolution to NHWC, and
 # the transposes between neighbouring convolutions cancel in global optimization. IREE's direct NHWC
 # convolution beats both its im2col + matmul and the per-tap copies + matmul this exporter used
@@ -37,9 +41,18 @@ _CPU = [
 THREADS_FLAG = "--iree-llvmcpu-number-of-threads="
 TARGETS = {
     "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],
-    "cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
+    "cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],  # CUDA_ARCHITECTURE
     "vulkan": ["--iree-hal-target-device=vulkan"],
 }
+CUDA_FLAG = "--iree-cuda-target="
+CUDA_ARCHITECTURE = "sm_80"
+# NVIDIA architectures iree-base-compiler 3.13 has no GPU target for: it fails in the middle of the
+# compile with "missing GPU target in #hal.executable.target" (checked one by one on a 4-element
+# add; sm_60-sm_89 and sm_120/sm_121 compile). The vmfb embeds PTX, which the CUDA driver compiles
+# for the GPU it runs on, so sm_80 or sm_89 code also runs on Hopper and Blackwell.
+CUDA_ARCHITECTURES_REJECTED = frozenset(
+    ["sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101", "sm_103", "sm_120a"]
+)
 # Which runtime drivers can run a vmfb of each target.
 TARGET_DRIVERS = {
     "llvm-cpu": ["local-sync", "local-task"],
@@ -63,10 +76,12 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
     if target.startswith("llvm-cpu:"):
         triple = target.split(":", 1)[1]
         flags = _CPU + [f"--iree-llvmcpu-target-triple={triple}", "--iree-llvmcpu-target-cpu=generic"]
+    elif target.startswith("cuda:"):
+        flags = [TARGETS["cuda"][0], CUDA_FLAG + _cuda_architecture(target.split(":", 1)[1])]
     elif target in TARGETS:
         flags = list(TARGETS[target])
     else:
-        known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE"])
+        known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")
     return flags + [f"{THREADS_FLAG}{cpu_threads}"] if flags[: len(_CPU)] == _CPU else flags
 
@@ -79,6 +94,30 @@ def cpu_threads_of(flags: list[str]) -> int | None:
     """
     counts = [int(flag[len(THREADS_FLAG) :]) for flag in flags if flag.startswith(THREADS_FLAG)]
     return counts[0] if counts else None
+
+
+def _cuda_architecture(architecture: str) -> str:
+    """Check a CUDA architecture name before any compile: iree-compile's own failure comes late and
+    does not say that the architecture is the problem."""
+    if not re.fullmatch(r"sm_\d+a?", architecture):
+        raise DyclError(f"target 'cuda:{architecture}': unknown CUDA architecture {architecture!r}; write it as sm_XX")
+    if architecture in CUDA_ARCHITECTURES_REJECTED:
+        raise DyclError(
+            f"target 'cuda:{architecture}': iree-base-compiler 3.13 cannot compile for {architecture} "
+            '("missing GPU target in #hal.executable.target"); compile for sm_80 (the default) or sm_89: '
+            "the vmfb carries PTX, which the CUDA driver compiles for newer GPUs (Hopper included) when it loads it"
+        )
+    return architecture
+
+
+def cuda_architecture_of(flags: list[str]) -> str | None:
+    """The GPU architecture a CUDA vmfb was compiled for, from its flags (None for other targets).
+
+    >>> cuda_architecture_of(target_flags("cuda"))
+    'sm_80'
+    """
+    architectures = [flag[len(CUDA_FLAG) :] for flag in flags if flag.startswith(CUDA_FLAG)]
+    return architectures[0] if architectures else None
 
 
 def cache_dir() -> Path:
