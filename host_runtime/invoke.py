@@ -9,6 +9,10 @@ passed straight back into the next segment; only the values the host reads are m
 If the binding's internals differ in another iree-base-runtime version, `bind_function` falls back to
 `FunctionInvoker` and `DeviceArray`s, which behave the same, just slower.
 
+How results reach the host depends on the device, and is chosen once per device (`readers_for`):
+the CPU drivers map result buffers in place (`to_numpy`, `to_scalar`); GPU drivers allocate results
+that the host may not map, so they are copied through a host-visible staging buffer (`StagedReader`).
+
 Example:
     >>> function = bind_function(context, module, "seg0", result_count=1)  # doctest: +SKIP
     >>> (mask,) = function(np.zeros((1, 8), np.float32))                  # doctest: +SKIP
@@ -102,6 +106,84 @@ def to_scalar(value: Any) -> Any:
     if code is None:  # float16 and others memoryview cannot cast to
         return np.frombuffer(value.map(), dtype)[0].item()
     return memoryview(value.map()).cast(code)[0]
+
+
+# Drivers whose result buffers the host can map in place: the CPU drivers' heap allocator grants
+# every buffer MAPPING usage. GPU drivers allocate results with TRANSFER|DISPATCH_STORAGE usage only
+# (Vulkan, lavapipe included, even when the memory itself is host-visible: `map()` fails with
+# PERMISSION_DENIED ... requires MAPPING_SCOPED), and CUDA's device memory is not host memory at all.
+MAPPABLE_RESULT_DRIVERS = frozenset({"local-sync", "local-task"})
+
+
+def readers_for(device: Any, driver: str) -> tuple[Callable[[Any], np.ndarray], Callable[[Any], Any]]:
+    """(to_numpy, to_scalar) for results of `device`, opened with `driver`; chosen once per device.
+
+    The CPU drivers get the module's in-place readers unchanged (the fast path); any other driver
+    reads through a `StagedReader`.
+    """
+    if driver in MAPPABLE_RESULT_DRIVERS:
+        return to_numpy, to_scalar
+    reader = StagedReader(device)
+    return reader.to_numpy, reader.to_scalar
+
+
+class StagedReader:
+    """Reads device results by copying them into a host-visible staging buffer.
+
+    The copy is a queue operation (`queue_copy` into a `HOST_LOCAL|DEVICE_VISIBLE` buffer with
+    `TRANSFER|MAPPING` usage), waited on with a semaphore, then mapped. `iree.runtime`'s own
+    `DeviceArray.to_host` does not work on every device: it imports the destination numpy array as
+    a host allocation, which lavapipe rejects ("host allocation import pointer does not satisfy
+    Vulkan minImportedHostPointerAlignment 4096"). One staging buffer is kept and grown, since a
+    pinned host allocation can cost more than the copy; a lock keeps concurrent read-backs apart.
+
+    >>> reader = StagedReader(device)          # doctest: +SKIP
+    >>> reader.to_numpy(result_buffer_view)    # doctest: +SKIP
+    """
+
+    def __init__(self, device: Any) -> None:
+        import threading
+
+        import iree.runtime as ireert
+
+        self._device = device
+        self._memory_type = ireert.MemoryType.HOST_LOCAL | ireert.MemoryType.DEVICE_VISIBLE
+        self._usage = ireert.BufferUsage.TRANSFER | ireert.BufferUsage.MAPPING
+        self._semaphore = device.create_semaphore(0)
+        self._signalled = 0
+        self._staging: Any = None
+        self._capacity = 0
+        self._lock = threading.Lock()
+
+    def _read(self, value: Any) -> np.ndarray:
+        """A flat host copy of a buffer view's elements."""
+        buffer = value.get_buffer()
+        size = buffer.byte_length()  # queue_copy copies the whole (sub)buffer the view lies in
+        dtype = _dtype(value.element_type)
+        if size == 0:  # an empty tensor (a loop that produced nothing): there is nothing to copy
+            return np.empty(0, dtype)
+        with self._lock:
+            if size > self._capacity:
+                self._capacity = max(size, 2 * self._capacity, 256)
+                self._staging = self._device.allocator.allocate_buffer(
+                    memory_type=self._memory_type, allowed_usage=self._usage, allocation_size=self._capacity
+                )
+            self._signalled += 1
+            self._device.queue_copy(buffer, self._staging, [], [(self._semaphore, self._signalled)])
+            self._semaphore.wait(self._signalled)
+            return np.frombuffer(self._staging.map(), dtype, count=value.byte_length // dtype.itemsize).copy()
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        """A host copy of a tensor result (see the module-level `to_numpy`)."""
+        if isinstance(value, np.ndarray):  # a numpy input returned as is by a Python host
+            return value.copy()
+        return self._read(value).reshape(value.shape)
+
+    def to_scalar(self, value: Any) -> Any:
+        """The one element of a tensor result, as a Python scalar (see the module-level `to_scalar`)."""
+        if isinstance(value, np.ndarray):
+            return value.item()
+        return self._read(value)[0].item()
 
 
 def upload(device: Any, array: np.ndarray, element_type: Any) -> Any:

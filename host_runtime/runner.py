@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
@@ -15,7 +16,7 @@ import numpy as np
 
 from .bundle_format import check_file, read_manifest
 from .errors import BundleError, InputError, ModelRaised
-from .invoke import bind_function, element_type_of, to_numpy, to_scalar, upload
+from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -42,7 +43,9 @@ class HostServices:
 
     ModelRaised = ModelRaised
 
-    def __init__(self, context: Any, module: Any, segments: dict[str, int], record: bool) -> None:
+    def __init__(
+        self, context: Any, module: Any, segments: dict[str, int], record: bool, read_scalar: Callable = to_scalar
+    ) -> None:
         self._context = context
         self._module = module
         self._segments = segments
@@ -52,6 +55,18 @@ class HostServices:
         if not record:
             self.decide = _pass_through
             self.trips = _ignore
+        if read_scalar is not to_scalar:  # a device whose results need a staged read-back
+
+            def to_bool(array: Any) -> bool:
+                return bool(read_scalar(array))
+
+            def to_int(array: Any) -> int:
+                return int(read_scalar(array))
+
+            def to_float(array: Any) -> float:
+                return float(read_scalar(array))
+
+            self.to_bool, self.to_int, self.to_float = to_bool, to_int, to_float
 
     def segment(self, name: str) -> Callable[..., tuple]:
         """The segment function; it returns a tuple of buffers that stay on the device."""
@@ -114,7 +129,7 @@ class Runner:
         target = _DRIVER_TARGETS.get(driver)
         if target is None:
             raise BundleError(f"unknown device {device!r}; known drivers: {', '.join(_DRIVER_TARGETS)}")
-        entry = self.manifest["targets"].get(target)
+        entry = _target_entry(self.manifest["targets"], target)
         if entry is None:
             built = ", ".join(self.manifest["targets"]) or "none"
             raise BundleError(
@@ -131,8 +146,13 @@ class Runner:
             self._context.add_vm_module(module)
         except Exception as error:
             raise BundleError(f"{vmfb}: IREE cannot load it ({error}); it may be corrupt or for another CPU") from error
+        # How results reach the host, chosen once for this device (see `invoke.readers_for`).
+        read_array, read_scalar = readers_for(self._context.config.device, driver)
+        self.read_back = "in place" if driver in MAPPABLE_RESULT_DRIVERS else "staged"
+        if read_array is not to_numpy:
+            self._convert_output = functools.partial(Runner._convert_output, to_numpy=read_array)
         segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
-        self.services = HostServices(self._context, module, segments, record)
+        self.services = HostServices(self._context, module, segments, record, read_scalar)
         if host == "compiled":
             self._main = bind_function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
         else:
@@ -143,8 +163,11 @@ class Runner:
             self._main = namespace["bind"](self.services)
         self._inputs = self.manifest["inputs"]
         # The VM takes a bool argument of `main` (i1) as an int. The Python host uploads each tensor
-        # input once, since several segments may read it.
-        device = self._context.config.device if host == "python" else None
+        # input once, since several segments may read it. On a GPU the compiled host's inputs are
+        # uploaded the same way, into device-local memory (iree.runtime would put a numpy argument in
+        # a device-local buffer that the host may map, which a GPU may have to place in host memory).
+        on_gpu = driver not in MAPPABLE_RESULT_DRIVERS
+        device = self._context.config.device if host == "python" or on_gpu else None
         self._checkers = [
             _input_checker(i, spec, bool_as_int=host == "compiled", upload_to=device)
             for i, spec in enumerate(self._inputs)
@@ -174,7 +197,7 @@ class Runner:
         return [check(value) for check, value in zip(self._checkers, inputs)]
 
     @staticmethod
-    def _convert_output(value: Any, spec: dict[str, Any]) -> Any:
+    def _convert_output(value: Any, spec: dict[str, Any], to_numpy: Callable[[Any], np.ndarray] = to_numpy) -> Any:
         kind = spec["kind"]
         if "constant" in spec and value is None:
             return spec["constant"]
@@ -256,6 +279,13 @@ def _input_checker(
 
         return check_float
     raise BundleError(f"input kind {kind!r} is not supported by this runtime")
+
+
+def _target_entry(targets: dict[str, Any], target: str) -> dict[str, Any] | None:
+    """The manifest entry of `target`; a GPU target may carry its architecture (`cuda:sm_86`)."""
+    if target in targets or target == "llvm-cpu":  # `llvm-cpu:TRIPLE` is cross-compiled: not for this CPU
+        return targets.get(target)
+    return next((entry for name, entry in targets.items() if name.split(":")[0] == target), None)
 
 
 def _fits(have: tuple, want: tuple) -> bool:
