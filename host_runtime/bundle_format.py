@@ -9,13 +9,22 @@ A bundle is a directory:
       program.txt         the Program, as `inspect` prints it
 
 The manifest is written last, so a bundle whose export was interrupted has none and is refused.
+
+Every file the manifest names must lie inside the bundle's folder (no absolute names, no `..`, no
+symbolic link that leads out), and the manifest's shape is checked once, on load: a bundle that is
+damaged or edited by hand gets a BundleError naming the file and the problem, never a KeyError later.
+The SHA-256 of each file guards against corruption (a truncated copy, a flipped bit), not against a
+malicious author, who can rewrite the hashes too (and a vmfb holds native code). To pin a bundle you
+trust, pass the SHA-256 of its manifest (`manifest_sha256`), which covers every file's hash, to
+`load(..., expected_sha256=...)`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import BundleError
@@ -23,6 +32,11 @@ from .errors import BundleError
 FORMAT = "dycl_iree-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
+# The dtypes an exporter writes into a manifest (torch's names).
+DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
+HOSTS = ("compiled", "python")
+_VALUE_KINDS = frozenset({"tensor", "int", "float", "bool", "list"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def sha256_file(path: Path) -> str:
@@ -33,8 +47,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_manifest(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """Read and check a bundle's manifest; every problem is a BundleError naming the file."""
+def manifest_sha256(path: str | Path) -> str:
+    """The SHA-256 of a bundle's manifest: it pins the whole bundle, since the manifest holds every file's hash.
+
+    >>> pin = manifest_sha256("model.dycl")                            # doctest: +SKIP
+    >>> run = host_runtime.load("model.dycl", expected_sha256=pin)    # doctest: +SKIP
+    """
+    manifest_path = Path(path) / MANIFEST
+    try:
+        return sha256_file(manifest_path)
+    except OSError as error:
+        raise BundleError(f"{manifest_path}: cannot read it ({error})") from error
+
+
+def read_manifest(path: str | Path, expected_sha256: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Read and check a bundle's manifest; every problem is a BundleError naming the file.
+
+    With `expected_sha256`, the manifest's bytes must have that SHA-256 (see `manifest_sha256`).
+    """
     root = Path(path)
     if not root.exists():
         raise BundleError(f"{root}: no such bundle")
@@ -43,22 +73,173 @@ def read_manifest(path: str | Path) -> tuple[Path, dict[str, Any]]:
     manifest_path = root / MANIFEST
     if not manifest_path.exists():
         raise BundleError(f"{manifest_path}: missing; the bundle is incomplete (was its export interrupted?)")
+    if manifest_path.is_symlink() or not manifest_path.is_file():
+        raise BundleError(f"{manifest_path}: not a regular file inside the bundle")
+    text = manifest_path.read_bytes()
+    if expected_sha256 is not None:
+        actual = hashlib.sha256(text).hexdigest()
+        if actual != expected_sha256.lower():
+            raise BundleError(
+                f"{manifest_path}: SHA-256 {actual}, but the caller pinned {expected_sha256} "
+                "(another bundle, or this one modified)"
+            )
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise BundleError(f"{manifest_path}: corrupt manifest ({error})") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{manifest_path}: not a dycl_iree bundle manifest")
     version = manifest.get("version")
+    if type(version) is not int:
+        raise BundleError(f"{manifest_path}: corrupt manifest ('version' must be an int, not {version!r})")
     if version != VERSION:
         raise BundleError(
             f"{manifest_path}: bundle format version {version}, but this runtime reads version {VERSION}; "
             "re-export the model with this dycl_iree version"
         )
-    for key in ("inputs", "outputs", "host", "targets", "files", "module_name"):
-        if key not in manifest:
-            raise BundleError(f"{manifest_path}: corrupt manifest (no {key!r})")
+    problem = manifest_problem(manifest)
+    if problem is not None:
+        raise BundleError(f"{manifest_path}: corrupt manifest ({problem})")
     return root, manifest
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest's shape (a key's path and the problem), or None; checked once on load,
+    so the runtime can then index the manifest without guarding each read."""
+    try:
+        _check_manifest(manifest)
+    except _Problem as problem:
+        return str(problem)
+    return None
+
+
+class _Problem(Exception):
+    pass
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    # bool is an int to isinstance: a `true` where a count belongs is a damaged manifest too.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+        names = " or ".join(k.__name__ for k in _as_tuple(kind))
+        raise _Problem(f"{where} must be {names}, not {value!r}")
+    return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _key(mapping: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in mapping:
+        raise _Problem(f"no {key!r} in {where}" if where else f"no {key!r}")
+    return _expect(mapping[key], kind, f"{where}.{key}" if where else repr(key))
+
+
+def _check_value(spec: Any, where: str, named: bool = False) -> None:
+    _expect(spec, dict, where)
+    if named:
+        _key(spec, "name", str, where)
+    kind = _key(spec, "kind", str, where)
+    if kind not in _VALUE_KINDS:
+        raise _Problem(f"{where}.kind {kind!r} is not one of {', '.join(sorted(_VALUE_KINDS))}")
+    if kind == "tensor":
+        dtype = _key(spec, "dtype", str, where)
+        if dtype not in DTYPES:
+            raise _Problem(f"{where}.dtype {dtype!r} is not a dtype this runtime knows ({', '.join(sorted(DTYPES))})")
+        for index, dim in enumerate(_key(spec, "shape", list, where)):
+            if dim is not None and (type(dim) is not int or dim < 0):
+                raise _Problem(f"{where}.shape[{index}] must be a size or null, not {dim!r}")
+    elif kind == "list":
+        _key(spec, "element", str, where)
+
+
+def _check_tree(tree: Any, leaf_count: int, where: str) -> None:
+    if type(tree) is int:
+        if not 0 <= tree < leaf_count:
+            raise _Problem(f"{where} names leaf {tree}, but there are {leaf_count}")
+        return
+    for index, item in enumerate(_expect(tree, list, where)):
+        _check_tree(item, leaf_count, f"{where}[{index}]")
+
+
+def _check_manifest(manifest: dict[str, Any]) -> None:
+    _key(manifest, "model", str, "")
+    _key(manifest, "module_name", str, "")
+    for index, spec in enumerate(_key(manifest, "inputs", list, "")):
+        _check_value(spec, f"inputs[{index}]", named=True)
+    outputs = _key(manifest, "outputs", dict, "")
+    leaves = _key(outputs, "leaves", list, "outputs")
+    for index, spec in enumerate(leaves):
+        _check_value(spec, f"outputs.leaves[{index}]")
+    _check_tree(_key(outputs, "tree", (int, list), "outputs"), len(leaves), "outputs.tree")
+    for index, segment in enumerate(_key(manifest, "segments", list, "")):
+        where = f"segments[{index}]"
+        _expect(segment, dict, where)
+        _key(segment, "name", str, where)
+        for side in ("inputs", "outputs"):
+            for position, spec in enumerate(_key(segment, side, list, where)):
+                _check_value(spec, f"{where}.{side}[{position}]")
+    files = _key(manifest, "files", dict, "")
+    if not files:
+        raise _Problem("'files' is empty: a bundle has at least a vmfb and its hosts")
+    for name, entry in files.items():
+        where = f"files[{name!r}]"
+        problem = _name_problem(name)
+        if problem is not None:
+            raise _Problem(f"{where}: {problem}")
+        _expect(entry, dict, where)
+        if _key(entry, "size", int, where) < 0:
+            raise _Problem(f"{where}.size must not be negative")
+        if not _SHA256.fullmatch(_key(entry, "sha256", str, where)):
+            raise _Problem(f"{where}.sha256 is not a SHA-256 in hex")
+    targets = _key(manifest, "targets", dict, "")
+    for target, entry in targets.items():
+        where = f"targets[{target!r}]"
+        _expect(entry, dict, where)
+        _named_file(files, _key(entry, "file", str, where), f"{where}.file")
+    _named_file(files, _key(manifest, "python_host", str, ""), "'python_host'")
+    if "program" in manifest:
+        _named_file(files, _key(manifest, "program", str, ""), "'program'")
+    host = _key(manifest, "host", str, "")
+    if host not in HOSTS:
+        raise _Problem(f"'host' must be one of {', '.join(map(repr, HOSTS))}, not {host!r}")
+    unsupported = manifest.get("compiled_host_unsupported")
+    if unsupported is not None and not isinstance(unsupported, str):
+        raise _Problem(f"'compiled_host_unsupported' must be a str or null, not {unsupported!r}")
+    if host == "compiled" and unsupported:
+        raise _Problem(f"'host' is 'compiled', but 'compiled_host_unsupported' says it was not built ({unsupported})")
+
+
+def _named_file(files: dict[str, Any], name: str, where: str) -> None:
+    if name not in files:
+        raise _Problem(f"{where} names {name!r}, which 'files' does not list")
+
+
+def _name_problem(name: str) -> str | None:
+    """Why `name` cannot be a bundle file: every file lies inside the bundle's folder, named relative to it."""
+    if not name or "\\" in name or "\0" in name:
+        return "not a plain file name"
+    path = PurePosixPath(name)
+    if path.is_absolute() or Path(name).is_absolute():
+        return "an absolute path; a bundle names only files inside its folder"
+    if any(part in ("..", ".") for part in name.split("/")) or not path.parts:
+        return "a path with '..' or '.'; a bundle names only files inside its folder"
+    return None
+
+
+def resolve_inside(root: Path, name: str) -> Path:
+    """The path of bundle file `name`, after checking that it lies inside `root`, symbolic links resolved."""
+    problem = _name_problem(name)
+    if problem is not None:
+        raise BundleError(f"{root / MANIFEST}: file {name!r} is {problem}")
+    path = root / name
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError) as error:  # a loop of symbolic links
+        raise BundleError(f"{path}: cannot resolve it ({error})") from error
+    if not inside:
+        raise BundleError(f"{path}: leads outside the bundle folder (a symbolic link?); a bundle opens only its files")
+    return path
 
 
 def check_file(root: Path, manifest: dict[str, Any], name: str) -> Path:
@@ -66,9 +247,11 @@ def check_file(root: Path, manifest: dict[str, Any], name: str) -> Path:
     entry = manifest["files"].get(name)
     if entry is None:
         raise BundleError(f"{root / MANIFEST}: lists no file {name!r}")
-    path = root / name
+    path = resolve_inside(root, name)
     if not path.exists():
         raise BundleError(f"{path}: missing from the bundle")
+    if not path.is_file():
+        raise BundleError(f"{path}: not a regular file")
     size = path.stat().st_size
     if size != entry["size"]:
         raise BundleError(f"{path}: {size} bytes but the manifest says {entry['size']} (truncated or replaced)")

@@ -113,11 +113,16 @@ class Runner:
     """A loaded bundle: call it with the model's inputs."""
 
     def __init__(
-        self, path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False
+        self,
+        path: str | Path,
+        device: str = "local-sync",
+        host: str = "compiled",
+        record: bool = False,
+        expected_sha256: str | None = None,
     ) -> None:
         import iree.runtime as ireert
 
-        self.path, self.manifest = read_manifest(path)
+        self.path, self.manifest = read_manifest(path, expected_sha256)
         if host not in ("compiled", "python"):
             raise ValueError(f"host must be 'compiled' or 'python', not {host!r}")
         if host == "compiled" and self.manifest["host"] != "compiled":
@@ -152,6 +157,10 @@ class Runner:
         if read_array is not to_numpy:
             self._convert_output = functools.partial(Runner._convert_output, to_numpy=read_array)
         segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
+        wanted = ["main"] if host == "compiled" else list(segments)
+        absent = [name for name in wanted if module.lookup_function(name) is None]
+        if absent:
+            raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
         if host == "compiled":
             self._main = bind_function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
@@ -313,10 +322,17 @@ def build_outputs(tree: Any, leaves: list) -> Any:
     return tuple(build_outputs(t, leaves) for t in tree)
 
 
-def load(path: str | Path, device: str = "local-sync", host: str = "compiled", record: bool = False) -> Runner:
+def load(
+    path: str | Path,
+    device: str = "local-sync",
+    host: str = "compiled",
+    record: bool = False,
+    expected_sha256: str | None = None,
+) -> Runner:
     """Load a bundle for `device` ("local-sync", "local-task", "cuda", "vulkan") with one host.
 
     `record=True` (Python host only) counts which side of every decision ran (`runner.decisions`)
-    and every loop's trip count (`runner.trip_counts`).
+    and every loop's trip count (`runner.trip_counts`). `expected_sha256` pins the bundle: the
+    SHA-256 of its manifest (`host_runtime.bundle_format.manifest_sha256`), which holds every file's hash.
     """
-    return Runner(path, device=device, host=host, record=record)
+    return Runner(path, device=device, host=host, record=record, expected_sha256=expected_sha256)
