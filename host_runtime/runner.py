@@ -29,6 +29,7 @@ _NUMPY_DTYPES = {
     "uint8": np.uint8,
     "bool": np.bool_,
 }
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # The targets whose vmfbs each driver can run.
 _DRIVER_TARGETS = {
     "local-sync": "llvm-cpu",
@@ -269,12 +270,15 @@ def _input_checker(
         return check_bool
     if kind == "int":
 
+        # Both hosts hold an int as int64 (PyTorch's `int`); beyond it IREE's VM would fail deep inside.
         def check_int(value: Any) -> int:
-            if type(value) is int:
-                return value
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise InputError(f"{where} must be an int, got {type(value).__name__}")
-            return int(value)
+            if type(value) is not int:
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise InputError(f"{where} must be an int, got {type(value).__name__}")
+                value = int(value)
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise InputError(f"{where} is {value}, outside the int64 range [-2**63, 2**63 - 1]")
+            return value
 
         return check_int
     if kind == "float":
