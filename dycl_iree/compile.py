@@ -38,11 +38,27 @@ _CPU = [
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
 ]
+# Vulkan: IREE's default target (the vp_android_baseline_2022 profile) stores only 32-bit words, so
+# an i1/i8/i16 tensor is written as whole words; a tensor whose byte size is not a multiple of 4 then
+# loses its last elements on a device that bounds-checks buffer accesses (lavapipe: a segment's
+# 0-d bool, the decision the Python host reads, comes back false; 5xi8 loses element 4). The
+# profile's features plus 8- and 16-bit storage (Vulkan 1.2 core, on desktop GPUs and lavapipe)
+# write those tensors byte by byte.
+_VULKAN_FEATURES = [
+    "spirv:v1.3",
+    "cap:Shader",
+    "cap:Int8",
+    "cap:Int16",
+    "cap:StorageBuffer8BitAccess",
+    "cap:StorageBuffer16BitAccess",
+    "ext:SPV_KHR_8bit_storage",
+    "ext:SPV_KHR_16bit_storage",
+]
 THREADS_FLAG = "--iree-llvmcpu-number-of-threads="
 TARGETS = {
     "llvm-cpu": _CPU + ["--iree-llvmcpu-target-cpu=host"],
     "cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],  # CUDA_ARCHITECTURE
-    "vulkan": ["--iree-hal-target-device=vulkan"],
+    "vulkan": ["--iree-hal-target-device=vulkan", "--iree-vulkan-target-features=" + ",".join(_VULKAN_FEATURES)],
 }
 CUDA_FLAG = "--iree-cuda-target="
 CUDA_ARCHITECTURE = "sm_80"
