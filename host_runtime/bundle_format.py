@@ -158,6 +158,15 @@ def _check_tree(tree: Any, leaf_count: int, where: str) -> None:
         if not 0 <= tree < leaf_count:
             raise _Problem(f"{where} names leaf {tree}, but there are {leaf_count}")
         return
+    if isinstance(tree, dict):
+        # {"list": [...]} is a list of subtrees, {"unstack": leaf} a stacked list of tensors.
+        if set(tree) == {"unstack"}:
+            _check_tree(_expect(tree["unstack"], int, f"{where}.unstack"), leaf_count, f"{where}.unstack")
+            return
+        if set(tree) != {"list"}:
+            raise _Problem(f"{where} is a dict with keys {sorted(tree)}; expected 'list' or 'unstack'")
+        tree = tree["list"]
+        where = f"{where}.list"
     for index, item in enumerate(_expect(tree, list, where)):
         _check_tree(item, leaf_count, f"{where}[{index}]")
 
@@ -171,7 +180,7 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
     leaves = _key(outputs, "leaves", list, "outputs")
     for index, spec in enumerate(leaves):
         _check_value(spec, f"outputs.leaves[{index}]")
-    _check_tree(_key(outputs, "tree", (int, list), "outputs"), len(leaves), "outputs.tree")
+    _check_tree(_key(outputs, "tree", (int, list, dict), "outputs"), len(leaves), "outputs.tree")
     for index, segment in enumerate(_key(manifest, "segments", list, "")):
         where = f"segments[{index}]"
         _expect(segment, dict, where)
@@ -258,3 +267,59 @@ def check_file(root: Path, manifest: dict[str, Any], name: str) -> Path:
     if sha256_file(path) != entry["sha256"]:
         raise BundleError(f"{path}: contents do not match the manifest's hash (corrupt or modified)")
     return path
+
+
+# -- CPU targets: which llvm-cpu vmfb runs on which CPU ---------------------------------------------
+
+# Names a CPU goes by (`platform.machine()`, CMake's CMAKE_SYSTEM_PROCESSOR), in the triple's spelling.
+_CPU_NAMES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "armv8": "aarch64", "armv8l": "aarch64"}
+
+
+def cpu_name(machine: str) -> str:
+    """The triple's spelling of a CPU name.
+
+    >>> cpu_name("AMD64"), cpu_name("arm64"), cpu_name("aarch64")
+    ('x86_64', 'aarch64', 'aarch64')
+    """
+    return _CPU_NAMES.get(machine.lower(), machine.lower())
+
+
+def vmfb_file_name(target: str) -> str:
+    """The file a target's vmfb is stored as: no `:`, which `scp` and Windows read as a host or a drive.
+
+    >>> vmfb_file_name("llvm-cpu:aarch64-linux-gnu")
+    'llvm-cpu-aarch64-linux-gnu.vmfb'
+    """
+    return target.replace(":", "-") + ".vmfb"
+
+
+def target_cpu(target: str, entry: dict[str, Any]) -> str | None:
+    """The CPU an llvm-cpu target's code runs on: its triple's first part (`llvm-cpu:aarch64-linux-gnu`),
+    or for `llvm-cpu` (the exporting machine's CPU) the `cpu` the exporter recorded; None when unknown
+    (bundles from before it was recorded) or not a CPU target."""
+    if target.startswith("llvm-cpu:"):
+        return cpu_name(target.split(":", 1)[1].split("-", 1)[0])
+    if target == "llvm-cpu" and isinstance(entry.get("cpu"), str):
+        return cpu_name(entry["cpu"])
+    return None
+
+
+def select_cpu_target(root: Path, manifest: dict[str, Any], machine: str) -> str:
+    """The llvm-cpu target of a bundle whose code runs on CPU `machine`; a BundleError when none does.
+
+    A plain `llvm-cpu` vmfb (tuned for the exporting machine) comes before a cross-compiled one for the
+    same CPU; a plain `llvm-cpu` whose CPU was not recorded is taken when no target names `machine`.
+    """
+    cpu = cpu_name(machine)
+    targets = manifest["targets"]
+    cpu_targets = [name for name in targets if name == "llvm-cpu" or name.startswith("llvm-cpu:")]
+    for name in cpu_targets:
+        if target_cpu(name, targets[name]) == cpu:
+            return name
+    if "llvm-cpu" in targets and target_cpu("llvm-cpu", targets["llvm-cpu"]) is None:
+        return "llvm-cpu"
+    built = ", ".join(f"{name} ({target_cpu(name, targets[name])})" for name in cpu_targets) or "no CPU target"
+    raise BundleError(
+        f"{root}: no vmfb for this CPU ({cpu}); the bundle has {built}. "
+        f"Export it with --target llvm-cpu:{cpu}-linux-gnu"
+    )

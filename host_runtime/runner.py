@@ -320,9 +320,17 @@ def _shape_text(shape: list) -> str:
 
 
 def build_outputs(tree: Any, leaves: list) -> Any:
-    """Rebuild the model's output structure from the manifest's tree (an int picks a leaf, a list is a tuple)."""
+    """Rebuild the model's output structure from the manifest's tree.
+
+    An int picks a leaf, a JSON list is a tuple, `{"list": [...]}` a list, and `{"unstack": i}` a
+    list of tensors whose length varies at run time: leaf i holds them stacked along dim 0.
+    """
     if isinstance(tree, int):
         return leaves[tree]
+    if isinstance(tree, dict):
+        if "unstack" in tree:
+            return list(leaves[tree["unstack"]])
+        return [build_outputs(t, leaves) for t in tree["list"]]
     return tuple(build_outputs(t, leaves) for t in tree)
 
 

@@ -32,6 +32,21 @@ class TupleEntry:
     items: tuple
 
 
+@dataclass(frozen=True)
+class TensorList:
+    """A `List[Tensor]` whose length is only known at run time, kept as its tensors stacked on dim 0.
+
+    A list of tensors whose appends all happen in straight-line code stays a `ListArg`, one value
+    per tensor. Once its length depends on the path taken (an early exit returns it, a loop with
+    `break` appends to it), it becomes this: `value` is the stacked tensor (dim 0 dynamic), an
+    append is a `cat`, `len` a shape read, `xs[i]` a `select`, and `torch.stack(xs)` the value
+    itself. The elements must share dtype and shape, as `torch.stack` requires; both hosts hand
+    it back as a Python list.
+    """
+
+    value: Value
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value
@@ -80,6 +95,46 @@ def split_arguments(schema: Any, entries: list) -> tuple[list, list]:
         else:
             args.append(entry)
     return args, kwargs
+
+
+def scalar_list_kind(ts_type: Any) -> str | None:
+    """"int" / "float" / "bool" for a TorchScript list of scalars, None for other lists."""
+    text = str(ts_type)
+    for kind in ("int", "float", "bool"):
+        if text == f"List[{kind}]" or text == f"{kind}[]":
+            return kind
+    return None
+
+
+def holds_only_tensors(entry: Any) -> bool:
+    """A TensorList, or a ListArg whose items are all tensors (an empty one included)."""
+    if isinstance(entry, TensorList):
+        return True
+    return isinstance(entry, ListArg) and all(tensor_type_of(item) is not None for item in entry.items)
+
+
+def element_type(types: list[TensorType], source: str) -> TensorType:
+    """The one type of a run-time list's tensors: they must agree, as `torch.stack` requires."""
+    first = types[0]
+    for other in types[1:]:
+        if other.dtype != first.dtype or other.rank != first.rank:
+            raise SpecializeError(
+                f"a list of tensors whose length changes at run time holds {first.dtype}{list(first.shape)} "
+                f"and {other.dtype}{list(other.shape)} ({source}): its tensors must share dtype and shape"
+            )
+    shape = []
+    for dims in zip(*(t.shape for t in types)):
+        if None in dims:
+            shape.append(None)
+        elif len(set(dims)) > 1:
+            raise SpecializeError(
+                f"a list of tensors whose length changes at run time holds tensors of sizes "
+                f"{sorted(set(dims))} in one dim ({source}): its tensors must share dtype and shape"
+            )
+        else:
+            shape.append(dims[0])
+    hint = tuple(max(t.hint[d] for t in types) for d in range(first.rank))
+    return TensorType(first.dtype, tuple(shape), hint)
 
 
 def list_element_kind(ts_type: Any) -> str:
@@ -239,6 +294,9 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
             return ("tuple", tuple(walk(i) for i in entry.items))
         if isinstance(entry, ListArg):
             return ("list", tuple(walk(i) for i in entry.items))
+        if isinstance(entry, TensorList):
+            leaves.append(entry.value)
+            return ("tensor_list", ())
         leaves.append(entry)
         return "leaf"
 
@@ -253,6 +311,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         if node == "leaf":
             return next(iterator)
         kind, items = node
+        if kind == "tensor_list":
+            return TensorList(next(iterator))
         built = tuple(build(i) for i in items)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
 

@@ -60,6 +60,7 @@ from .schemas import (
     dtype_name,
     functional_overload,
     mutates_first_argument,
+    overload_of,
     resolve_overload,
     result_tensors,
     returns_view,
@@ -69,10 +70,13 @@ from .schemas import (
 )
 from .values import (
     UNINITIALIZED,
+    TensorList,
     TupleEntry,
+    element_type,
     flatten_entries,
     fold_scalar,
     hint_of,
+    holds_only_tensors,
     holds_values,
     input_types,
     is_dynamic,
@@ -83,6 +87,7 @@ from .values import (
     real_value,
     same_constant,
     scalar_kind_of,
+    scalar_list_kind,
     split_arguments,
     tensor_type_of,
     type_from_ts,
@@ -193,17 +198,23 @@ class _Specializer:
 
     def visit_tuple_index(self, node: torch._C.Node) -> None:
         tuple_entry, index = (self.entry(v) for v in node.inputs())
-        self.bind(node.output(), tuple_entry.items[index.value])
+        if isinstance(tuple_entry, Constant):
+            # A tuple TorchScript folded into one constant (`(zeros, zeros)` as an RNN's state).
+            self.bind(node.output(), Constant(tuple_entry.value[index.value]))
+        else:
+            self.bind(node.output(), tuple_entry.items[index.value])
 
     def visit_list_construct(self, node: torch._C.Node) -> None:
         items = tuple(self.entry(v) for v in node.inputs())
         output = node.output()
-        if output.unique() in self.mutated_lists:
+        if output.unique() in self.mutated_lists and scalar_list_kind(output.type()) is not None:
             element = list_element_kind(output.type())
             value = self.new_value(ListType(element, tuple(hint_of(i) for i in items)), value_name(output))
             self.nodes.append(HostOp("prim::ListConstruct", items, (value,), source_of(node)))
             self.bind(output, value)
-        elif all(isinstance(i, Constant) and not isinstance(i.value, torch.Tensor) for i in items):
+        elif scalar_list_kind(output.type()) is not None and all(
+            isinstance(i, Constant) and not isinstance(i.value, torch.Tensor) for i in items
+        ):
             self.bind(output, Constant([i.value for i in items]))
         else:
             # Lists holding tensors stay structural, so that each tensor is handled on its own.
@@ -309,6 +320,8 @@ class _Specializer:
         subject = self.entry(node.input())
         if isinstance(subject, ListArg):
             self.bind(node.output(), Constant(len(subject.items)))
+        elif isinstance(subject, TensorList):
+            self.bind(node.output(), self.list_length(subject, source_of(node)))
         elif isinstance(subject, Value) and isinstance(subject.type, TensorType):
             if subject.type.shape[0] is not None:
                 self.bind(node.output(), Constant(subject.type.shape[0]))
@@ -321,8 +334,21 @@ class _Specializer:
 
     def visit_getitem(self, node: torch._C.Node) -> None:
         subject, index = (self.entry(v) for v in node.inputs())
+        source = source_of(node)
         if isinstance(subject, ListArg) and isinstance(index, Constant):
+            if not -len(subject.items) <= index.value < len(subject.items):
+                raise SpecializeError(
+                    f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"
+                )
             self.bind(node.output(), subject.items[index.value])
+        elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
+            stacked = self.tensor_list(subject, None, source)
+            if isinstance(index, Constant) and index.value < 0:
+                length = self.list_length(stacked, source)
+                index = self.emit_host("aten::add.int", (length, index), "int", source)
+            select = overload_of("aten::select.int")
+            (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
+            self.bind(node.output(), item)
         else:
             self.visit_op(node)
 
@@ -391,6 +417,9 @@ class _Specializer:
         else_nodes, else_results, else_raised = self.sub_block(else_block, (), mutated)
         self.env = saved_env
         source = source_of(node)
+        if not then_raised and not else_raised:
+            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in zip(then_results, else_results)]
+            then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
         if not then_raised and not else_raised and structure != else_structure:
@@ -456,7 +485,7 @@ class _Specializer:
         initial_leaves, structure = flatten_entries(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
         types = [type_of(leaf, source) for leaf in initial_leaves]
-        for _attempt in range(6):
+        for _attempt in range(8):
             index = self.new_value(ScalarType("int", 0), "i")
             params = [self.new_value(t, "c") for t in types]
             saved_env = dict(self.env)
@@ -469,7 +498,15 @@ class _Specializer:
                 raise SpecializeError(f"a loop body that always raises ({source})")
             result_leaves, result_structure = flatten_entries(results[1:])
             if result_structure != structure:
-                raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
+                # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
+                reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                if flatten_entries(reconciled)[1] == structure:
+                    raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
+                initial = reconciled
+                initial_leaves, structure = flatten_entries(initial)
+                initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
+                types = [type_of(leaf, source) for leaf in initial_leaves]
+                continue
             new_types = [join_types(t, type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
             if new_types == types:
                 break
@@ -494,6 +531,122 @@ class _Specializer:
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
 
+    # -- lists of tensors whose length is known only at run time --------------------------------
+    def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
+        """Make two paths' entries for one value agree in structure: lists of tensors whose lengths
+        differ become TensorLists on both paths (stacked at the end of each path's nodes)."""
+        if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
+            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
+            return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
+        if not (isinstance(a, (ListArg, TensorList)) and isinstance(b, (ListArg, TensorList))):
+            return a, b
+        if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
+            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
+            return ListArg(tuple(x for x, _ in pairs)), ListArg(tuple(y for _, y in pairs))
+        if not (holds_only_tensors(a) and holds_only_tensors(b)):
+            raise SpecializeError(
+                f"a list whose length depends on the path holds something other than tensors ({source}): "
+                "only lists of tensors, ints, floats or bools can change length at run time"
+            )
+        types = [self.list_element_type(entry) for entry in (a, b)]
+        known = [t for entry_types in types for t in entry_types]
+        if not known:
+            raise SpecializeError(f"a list of tensors that stays empty on every path changes structure ({source})")
+        element = element_type(known, source)
+        saved = self.nodes
+        try:
+            self.nodes = nodes_a
+            a = self.tensor_list(a, element, source)
+            self.nodes = nodes_b
+            b = self.tensor_list(b, element, source)
+        finally:
+            self.nodes = saved
+        return a, b
+
+    @staticmethod
+    def list_element_type(entry: Any) -> list[TensorType]:
+        if isinstance(entry, TensorList):
+            type_ = entry.value.type
+            return [TensorType(type_.dtype, type_.shape[1:], type_.hint[1:])]
+        return [tensor_type_of(item) for item in entry.items]
+
+    def tensor_list(self, entry: Any, element: TensorType | None, source: str) -> TensorList:
+        """`entry` as a TensorList: its tensors stacked on dim 0 (in `self.nodes`)."""
+        if isinstance(entry, TensorList):
+            return entry
+        items = [self.materialize(item, source) for item in entry.items]
+        types = [tensor_type_of(item) for item in items] + ([element] if element is not None else [])
+        if not types:
+            raise SpecializeError(f"an empty list of tensors whose element type is unknown ({source})")
+        element = element_type(types, source)
+        if not items:
+            if any(d is None for d in element.shape):
+                raise SpecializeError(
+                    f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic "
+                    f"size ({source}): start it with its first tensor instead of []"
+                )
+            empty = torch.zeros((0, *element.shape), dtype=torch_dtype(element.dtype))
+            return TensorList(self.materialize(Constant(empty), source))
+        stack = overload_of("aten::stack.default")
+        (stacked,) = self.emit_tensor_op(stack, [ListArg(tuple(items)), Constant(0)], [], source, name="stacked")
+        return TensorList(stacked)
+
+    def append_to_tensor_list(self, items: TensorList, item: Any, source: str) -> TensorList:
+        item = self.materialize(item, source)
+        type_ = tensor_type_of(item)
+        if type_ is None:
+            raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
+        element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
+        unsqueeze, cat = overload_of("aten::unsqueeze.default"), overload_of("aten::cat.default")
+        (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
+        (grown,) = self.emit_tensor_op(cat, [ListArg((items.value, row)), Constant(0)], [], source, name="stacked")
+        return TensorList(grown)
+
+    def list_length(self, items: TensorList, source: str) -> Any:
+        length = items.value.type.shape[0]
+        if length is not None:
+            return Constant(length)
+        value = self.new_value(ScalarType("int", items.value.type.hint[0]), "len")
+        self.nodes.append(HostOp("aten::size.int", (items.value, Constant(0)), (value,), source))
+        return value
+
+    def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
+        """List arithmetic on lists of tensors (`[x] + [y] * k`, slices) and `stack`/`cat` of a TensorList."""
+        kind = node.kind()
+        if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], TensorList):
+            stacked = entries[0].value
+            rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
+            dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
+            if not isinstance(dim, int):
+                raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
+            dim %= max(rank, 1)
+            result = stacked
+            if dim != 0:
+                movedim = overload_of("aten::movedim.int")
+                (result,) = self.emit_tensor_op(movedim, [result, Constant(0), Constant(dim)], [], source)
+            if kind == "aten::cat":
+                flatten = overload_of("aten::flatten.using_ints")
+                (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
+            self.bind(node.output(), result)
+            return
+        if any(isinstance(e, TensorList) for e in entries) or not all(
+            isinstance(e, (ListArg, Constant)) for e in entries
+        ):
+            raise UnsupportedOpError(kind, source, detail="on a list of tensors whose length is known only at run time")
+        lists = [e if isinstance(e, ListArg) else e.value for e in entries]
+        items = [e.items if isinstance(e, ListArg) else None for e in entries]
+        if kind == "aten::add":
+            result = items[0] + items[1]
+        elif kind == "aten::mul":
+            count, listed = (lists[1], items[0]) if items[0] is not None else (lists[0], items[1])
+            result = listed * count
+        elif kind == "aten::slice":
+            bounds = [lists[i] if i < len(lists) else None for i in (1, 2, 3)]
+            result = items[0][slice(*bounds)]
+        else:
+            raise UnsupportedOpError(kind, source, detail="on a list of tensors")
+        self.bind(node.output(), ListArg(tuple(result)))
+
     # -- schema ops --------------------------------------------------------------------------
     def visit_op(self, node: torch._C.Node) -> None:
         kind = node.kind()
@@ -504,6 +657,10 @@ class _Specializer:
             return self.visit_sync(node, entries, source)
         if kind == "aten::append":
             return self.visit_append(node, entries, source)
+        if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], TensorList)) or (
+            kind in _STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, TensorList)) for e in entries)
+        ):
+            return self.visit_structural_list_op(node, entries, source)
         has_tensor = overload is not None and schema_touches_tensors(overload._schema)
         if not has_tensor:
             return self.visit_host_op(node, overload, entries, source)
@@ -530,6 +687,16 @@ class _Specializer:
 
     def visit_append(self, node: torch._C.Node, entries: list, source: str) -> None:
         items, item = entries
+        if isinstance(items, (ListArg, TensorList)):
+            # A list of tensors (or of lists): appended in straight-line code it stays one value per
+            # item; a TensorList grows by a `cat`.
+            if isinstance(items, ListArg):
+                grown: Any = ListArg(items.items + (item,))
+            else:
+                grown = self.append_to_tensor_list(items, item, source)
+            self.bind(node.inputsAt(0), grown)
+            self.bind(node.output(), grown)
+            return
         if not isinstance(items, Value):
             raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
         hint = tuple(items.type.hint) + (hint_of(item),)
@@ -542,9 +709,15 @@ class _Specializer:
     def visit_host_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
         kind = node.kind()
         if all(isinstance(e, Constant) for e in entries) or kind in ("aten::format", "aten::str"):
-            if any(isinstance(e, Value) for e in entries):
-                # Only error messages are formatted from run-time values; keep the template.
+            if not all(isinstance(e, Constant) for e in entries):
+                # Only error messages are formatted from run-time values (or from tuples, as
+                # nn.RNN's state-size check does); keep the template.
                 self.bind(node.output(), Constant(str(entries[0].value)))
+                return
+            if kind == "aten::list":
+                # `list(hx.size())` (nn.RNN's state check): a copy; the generic `aten::list.t`
+                # cannot be called from Python ("toIValue() cannot handle converting to type: t").
+                self.bind(node.output(), Constant(list(entries[0].value)))
                 return
             self.bind_constants(node, fold_scalar(kind, overload, [e.value for e in entries], source))
             return
@@ -622,6 +795,20 @@ class _Specializer:
             result = call_overload(overload, args, kwargs, lambda a: real_value(a), source, target)
             self._bind_results(outputs_ts, returns, result, fold=True)
             return
+        name = value_name(outputs_ts[0]) if returns == "single" else "t"
+        outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+        if returns_view(schema):
+            self.views.update(outputs)
+        self._bind_results(outputs_ts, returns, outputs, fold=False)
+        if mutated_input is not None:
+            self.bind(mutated_input, outputs[0])
+
+    def emit_tensor_op(
+        self, overload: Any, args: list, kwargs: list, source: str, returns: str = "single", name: str = "t"
+    ) -> list[Value]:
+        """Append a TensorOp; its result types come from meta runs at the example sizes and perturbed."""
+        target = f"{overload._schema.name}.{overload._overloadname}"
+        values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
         meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
         results_a = result_tensors(meta_a, returns)
         perturbed: list[list[tuple]] = []
@@ -642,14 +829,9 @@ class _Specializer:
                 d if all(shapes[position][dim] == d for shapes in perturbed) else None for dim, d in enumerate(shape_a)
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
-            name = value_name(outputs_ts[0]) if returns == "single" else "t"
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
         self.nodes.append(TensorOp(target, tuple(args), tuple(kwargs), tuple(outputs), source, returns))
-        if returns_view(schema):
-            self.views.update(outputs)
-        self._bind_results(outputs_ts, returns, outputs, fold=False)
-        if mutated_input is not None:
-            self.bind(mutated_input, outputs[0])
+        return outputs
 
     def visit_tensor_query(
         self, node: torch._C.Node, overload: Any, args: list, kwargs: list, target: str, source: str
@@ -696,19 +878,30 @@ class _Specializer:
                 return type_.hint
             return list(type_.hint)
         if isinstance(arg, Constant):
-            value = arg.value
-            if isinstance(value, torch.Tensor):
-                cached = self.meta_cache.get(id(value))
-                if cached is None:
-                    cached = self.meta_cache[id(value)] = value.to("meta")
-                return cached
-            if isinstance(value, torch.device):
-                return torch.device("meta")
-            return value
+            return self.meta_constant(arg.value)
         if isinstance(arg, ListArg):
             return [self.meta(item, perturb) for item in arg.items]
         raise SpecializeError(f"internal: cannot stand in for {arg!r}")
 
+
+    def meta_constant(self, value: Any) -> Any:
+        """A constant with every tensor in it on the meta device: also inside lists and tuples, such as
+        the `_flat_weights` list `nn.LSTM` / `nn.GRU` / `nn.RNN` pass to `aten::lstm`, whose meta
+        kernel refuses weights on another device than its input."""
+        if isinstance(value, torch.Tensor):
+            cached = self.meta_cache.get(id(value))
+            if cached is None:
+                cached = self.meta_cache[id(value)] = value.to("meta")
+            return cached
+        if isinstance(value, torch.device):
+            return torch.device("meta")
+        if isinstance(value, (list, tuple)) and any(isinstance(item, (torch.Tensor, list, tuple)) for item in value):
+            return type(value)(self.meta_constant(item) for item in value)
+        return value
+
+
+# List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
+_STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
 
 # The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
 # one: avg_pool2d(x, 2) maps heights 10 and 11 both to 5, and that output height was typed static
@@ -733,9 +926,15 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     counter = iter(range(len(leaves)))
 
     def tree(node: Any) -> Any:
+        # The manifest's output tree: a leaf's index, a JSON list for a tuple, {"list": [...]} for a
+        # list, and {"unstack": index} for a TensorList (split along dim 0 into a list).
         if node == "leaf":
             return next(counter)
-        return [tree(i) for i in node[1]]
+        kind, items = node
+        if kind == "tensor_list":
+            return {"unstack": next(counter)}
+        subtrees = [tree(i) for i in items]
+        return {"list": subtrees} if kind == "list" else subtrees
 
     output_tree = tree(structure[0])
     for leaf in leaves:

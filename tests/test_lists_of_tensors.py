@@ -1,0 +1,182 @@
+"""Lists of tensors as published models use them: built with `+` and `*`, appended in a loop with an
+early exit, collected in a loop with `break` and stacked, indexed from the end, returned as a list.
+
+Each model is written the way the original code writes it; every path is driven and compared with
+PyTorch on both hosts, and the compiled host is asserted (a list must not force the Python host).
+"""
+
+# The models keep the published code's idioms (`super(Class, self)`, `typing.List`).
+# ruff: noqa: UP006, UP008
+
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dycl_iree
+
+
+class DownsampleB(nn.Module):
+    """BlockDrop's shortcut: pool, then pad the channels with zeros by repeating a list."""
+
+    def __init__(self, nIn, nOut, stride):
+        super(DownsampleB, self).__init__()
+        self.avg = nn.AvgPool2d(stride)
+        self.expand_ratio = nOut // nIn
+
+    def forward(self, x):
+        x = self.avg(x)
+        return torch.cat([x] + [x.mul(0)] * (self.expand_ratio - 1), 1)
+
+
+class GatedShortcut(nn.Module):
+    def __init__(self):
+        super(GatedShortcut, self).__init__()
+        self.conv = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.shortcut = DownsampleB(4, 8, 2)
+        self.fc = nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x, policy):
+        residual = self.shortcut(x)
+        if bool(policy[0, 0] > 0.5):
+            residual = residual + F.relu(self.conv(x))
+        return self.fc(residual.view(residual.size(0), -1))
+
+
+class AnytimeClassifier(nn.Module):
+    """RaNet-style: one prediction per scale, returned as a list that stops at the first confident one."""
+
+    def __init__(self, thresholds=(0.7, 0.5, 0.0)):
+        super(AnytimeClassifier, self).__init__()
+        self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+        self.classifiers = nn.ModuleList([nn.Linear(8, 4) for _ in range(3)])
+        self.thresholds = list(thresholds)
+
+    def forward(self, x) -> List[torch.Tensor]:
+        res: List[torch.Tensor] = []
+        for i, (block, classifier) in enumerate(zip(self.blocks, self.classifiers)):
+            x = F.relu(block(x))
+            res.append(classifier(x))
+            confidence = F.softmax(res[-1], dim=1).max()
+            if bool(confidence > self.thresholds[i]):
+                return res
+        return res
+
+
+class CollectStates(nn.Module):
+    """A recurrent cell run until its state saturates; the states are stacked, as decoders do."""
+
+    def __init__(self):
+        super(CollectStates, self).__init__()
+        self.cell = nn.GRUCell(4, 6)
+        self.proj = nn.Linear(6, 4)
+
+    def forward(self, x, steps: int):
+        h = torch.zeros(x.size(0), 6)
+        hs: List[torch.Tensor] = []
+        for _ in range(steps):
+            h = self.cell(x, h)
+            hs.append(h)
+            x = torch.tanh(self.proj(h))
+            if bool(h.abs().mean() > 0.4):
+                break
+        states = torch.stack(hs, dim=1)
+        total = torch.zeros_like(hs[0])
+        for state in hs:
+            total = total + state
+        return states, hs[-1], total, len(hs)
+
+
+def _export(tmp_path, model, example, name):
+    model = model.eval()
+    bundle = dycl_iree.export(model, example)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / f"{name}.dycl")
+    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+    return torch.jit.script(model), compiled, python
+
+
+def _same(got, want):
+    if isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), (type(got), len(got), len(want))
+        for g, w in zip(got, want):
+            _same(g, w)
+    elif isinstance(want, torch.Tensor):
+        assert got.shape == tuple(want.shape)
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    else:
+        assert got == want
+
+
+def _numpy(inputs):
+    return tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
+
+
+def test_a_list_repeated_and_concatenated_runs_on_both_hosts(tmp_path):
+    torch.manual_seed(0)
+    scripted, compiled, python = _export(tmp_path, GatedShortcut(), (torch.randn(1, 4, 8, 8), torch.rand(1, 2)), "gs")
+    for policy in (torch.tensor([[0.9, 0.0]]), torch.tensor([[0.1, 0.0]])):
+        x = torch.randn(1, 4, 8, 8)
+        with torch.no_grad():
+            want = scripted(x, policy)
+        for host in (compiled, python):
+            _same(host(*_numpy((x, policy))), want)
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 1}
+
+
+def test_a_list_returned_from_an_early_exit_has_the_length_of_the_path(tmp_path):
+    torch.manual_seed(3)
+    model = AnytimeClassifier()
+    scripted, compiled, python = _export(tmp_path, model, (torch.randn(1, 8),), "anytime")
+    # Find inputs that stop at each exit (PyTorch decides which), then check every one.
+    by_length: dict[int, torch.Tensor] = {}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(400):
+        x = torch.randn(1, 8, generator=generator) * float(torch.rand(1, generator=generator) * 6)
+        with torch.no_grad():
+            by_length.setdefault(len(scripted(x)), x)
+        if len(by_length) == 3:
+            break
+    assert sorted(by_length) == [1, 2, 3], sorted(by_length)
+    for length, x in sorted(by_length.items()):
+        with torch.no_grad():
+            want = scripted(x)
+        for host in (compiled, python):
+            got = host(x.numpy())
+            assert isinstance(got, list) and len(got) == length
+            _same(got, want)
+    # The first two exits were both taken and passed (the last threshold, 0.0, always exits).
+    both_ways = [label for label, sides in python.decisions.items() if set(sides) == {True, False}]
+    assert len(both_ways) >= 2, python.decisions
+
+
+@pytest.fixture(scope="module")
+def collect_states(tmp_path_factory):
+    torch.manual_seed(1)
+    return _export(tmp_path_factory.mktemp("collect"), CollectStates(), (torch.randn(2, 4), 4), "collect")
+
+
+@pytest.mark.parametrize("steps", [1, 3, 8])
+def test_states_collected_in_a_loop_with_break_are_stacked_indexed_and_counted(collect_states, steps):
+    scripted, compiled, python = collect_states
+    # Inputs for every length PyTorch's loop stops at (by `break` or by running out of steps).
+    by_length: dict[int, torch.Tensor] = {}
+    generator = torch.Generator().manual_seed(steps)
+    for _ in range(200):
+        x = torch.randn(2, 4, generator=generator) * float(torch.rand(1, generator=generator) * 8)
+        with torch.no_grad():
+            by_length.setdefault(scripted(x, steps)[3], x)
+    for x in by_length.values():
+        with torch.no_grad():
+            want = scripted(x, steps)
+        for host in (compiled, python):
+            _same(host(x.numpy(), steps), want)
+    if steps > 1:
+        # Some input breaks out early and some runs every step: both exits of the loop were taken.
+        assert min(by_length) < steps and max(by_length) == steps, sorted(by_length)
