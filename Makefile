@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast zoo bench lint clean
+.PHONY: setup demo test test-fast zoo bench fuzz lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) (torch==2.13.0 ships CPU wheels for Python 3.11)"; exit 1; }
@@ -30,6 +30,12 @@ zoo: setup
 
 bench: setup
 	$(PY) -m dycl_iree bench --out bench-out
+
+# The differential fuzzer: N random dynamic programs from seed SEED, both hosts against PyTorch.
+N ?= 100
+SEED ?= 0
+fuzz: setup
+	nice -n 10 $(PY) -m tests.fuzz run --count $(N) --seed $(SEED) --out fuzz-out
 
 lint: setup
 	$(PY) -m ruff check dycl_iree host_runtime models tests

@@ -1,0 +1,240 @@
+"""The constructs a fuzzed program is made of: one function each, same shape, registered by `@construct`.
+
+A construct takes the `Builder` and how deep it may still nest, and writes lines through it (it may
+declare a submodule, a condition, a variable that becomes an output). Adding a construct is adding a
+function here. `simple_statement` is the straight-line filler between them; its entries are one line
+each and keep the running tensor `h` at shape [batch, features].
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .generate import Builder
+
+Construct = Callable[[Builder, int], None]
+CONSTRUCTS: list[tuple[Construct, float, Callable[[Builder], bool]]] = []
+
+
+def construct(weight: float, when: Callable[[Builder], bool] = lambda b: True) -> Callable[[Construct], Construct]:
+    def register(function: Construct) -> Construct:
+        CONSTRUCTS.append((function, weight, when))
+        return function
+
+    return register
+
+
+def pick_construct(b: Builder) -> Construct:
+    choices = [(function, weight) for function, weight, when in CONSTRUCTS if when(b)]
+    return b.rng.choices([c for c, _ in choices], weights=[w for _, w in choices])[0]
+
+
+def simple_statement(b: Builder) -> None:
+    """One straight-line statement on `h` (or on a variable another construct declared)."""
+    f = b.features
+    statements: list[Callable[[], str]] = [
+        lambda: "h = torch.tanh(h)",
+        lambda: "h = torch.relu(h) - 0.25",
+        lambda: "h = h * 0.75 + 0.125",
+        lambda: "h = torch.sigmoid(h) * 2.0 - 1.0",
+        lambda: "h = torch.abs(h) - 0.5",
+        lambda: "h = h - h.mean()",
+        lambda: "h = torch.clamp(h, -1.0, 1.0) + h * 0.5",
+        lambda: f"h = {b.layer(f'nn.Linear({f}, {f})')}(h)",
+        lambda: "h = h + h.argmax(1, keepdim=True).to(h.dtype) * 0.1",
+    ]
+    if "n" in b.inputs:
+        statements.append(lambda: "h = h + float(n) * 0.1")
+    if "s" in b.inputs:
+        statements.append(lambda: "h = h * 0.5 + s")
+    if "c" in b.declared:
+        statements += [lambda: "c += 1", lambda: "h = h + torch.tensor(float(c)) * 0.01"]
+    if "li" in b.declared:
+        statements.append(lambda: "li.append(int(h.argmax()))")
+    if "ts" in b.declared:
+        statements.append(lambda: "ts.append(h * 0.5)")
+    if "acc" in b.declared:
+        statements.append(lambda: "acc = torch.cat([acc, h], 0)")
+    b.emit(b.rng.choice(statements)())
+
+
+# --- straight-line constructs that add state or reach for a specific op ---------------------------
+
+
+@construct(1.0)
+def counter(b: Builder, depth: int) -> None:
+    """An int counter, incremented where the construct stands (and by later statements), returned."""
+    b.declare("c", "c = 0")
+    b.emit("c += 1")
+
+
+@construct(1.0)
+def list_of_ints(b: Builder, depth: int) -> None:
+    """A `List[int]` that grows at run time (a decoder's tokens), returned."""
+    b.imports.add("typing")
+    b.declare("li", "li: List[int] = []")
+    b.emit("li.append(int(h.argmax()))")
+
+
+@construct(0.7)
+def list_of_tensors(b: Builder, depth: int) -> None:
+    """A `List[torch.Tensor]` that grows at run time, concatenated into an output."""
+    b.imports.add("typing")
+    if "ts" not in b.declared:
+        b.declared.add("ts")
+        b.prologue.append("ts: List[torch.Tensor] = []")
+        b.outputs.append("torch.cat(ts + [h], 0)")
+    b.emit("ts.append(h * 0.5)")
+
+
+@construct(1.0)
+def growing_tensor(b: Builder, depth: int) -> None:
+    """A tensor concatenated to along dim 0, so its first dim differs between paths and iterations."""
+    b.declare("acc", "acc = h")
+    b.emit("acc = torch.cat([acc, h], 0)")
+
+
+@construct(0.8, lambda b: "k" in b.inputs)
+def index_by_input(b: Builder, depth: int) -> None:
+    """An int input used as an index: PyTorch raises IndexError when it is out of range."""
+    f = b.features
+    forms = [
+        lambda: "h = h + h[:, k].unsqueeze(1)",
+        lambda: "h = h * h[0, k]",
+        lambda: "h = h + torch.index_select(h, 1, torch.tensor([k]))",
+        lambda: "h = h + torch.gather(h, 1, torch.zeros_like(h, dtype=torch.long) + k)",
+        lambda: f"h = h + {b.layer(f'nn.Embedding({f}, {f})')}(torch.tensor([k]))",
+        lambda: "h = h + h.select(1, k).unsqueeze(1)",
+    ]
+    b.emit(b.rng.choice(forms)())
+
+
+@construct(0.6)
+def pooled_view(b: Builder, depth: int) -> None:
+    """A pooling whose result is viewed back to [batch, features] (a view after pooling)."""
+    forms = [
+        "h = F.avg_pool1d(h.unsqueeze(1), 2).view(h.size(0), -1).repeat(1, 2)",
+        "h = F.max_pool1d(h.unsqueeze(1), 2).view(h.size(0), -1).repeat(1, 2)",
+        "h = F.adaptive_avg_pool1d(h.unsqueeze(1), 1).view(-1, 1) + h",
+    ]
+    b.emit(b.rng.choice(forms))
+
+
+@construct(0.5)
+def recurrent(b: Builder, depth: int) -> None:
+    """An nn.GRU or nn.LSTM over the batch rows as a sequence."""
+    f = b.features
+    if b.rng.random() < 0.5:
+        b.emit(f"h = {b.layer(f'nn.GRU({f}, {f}, batch_first=True)')}(h.unsqueeze(0))[0].squeeze(0)")
+    else:
+        b.emit(f"h = {b.layer(f'nn.LSTM({f}, {f})')}(h.unsqueeze(1))[0].squeeze(1)")
+
+
+@construct(0.5)
+def dict_constant(b: Builder, depth: int) -> None:
+    """A module attribute that is a dict of floats (a constant object after freezing)."""
+    if "self.scales" not in b.declared:
+        b.declared.add("self.scales")
+        b.imports.add("typing")
+        b.init.append('self.scales: Dict[str, float] = {"up": 1.25, "down": 0.5}')
+    b.emit(f"h = h * self.scales[{b.rng.choice(['up', 'down'])!r}]")
+
+
+# --- control flow --------------------------------------------------------------------------------
+
+
+@construct(3.0)
+def if_else(b: Builder, depth: int) -> None:
+    b.emit(f"if {b.condition()}:")
+    with b.indent():
+        b.block(depth)
+    b.emit("else:")
+    with b.indent():
+        b.block(depth)
+
+
+@construct(1.5)
+def if_only(b: Builder, depth: int) -> None:
+    b.emit(f"if {b.condition()}:")
+    with b.indent():
+        b.block(depth)
+
+
+@construct(1.0)
+def nested_if(b: Builder, depth: int) -> None:
+    b.emit(f"if {b.condition()}:")
+    with b.indent():
+        if_else(b, max(depth - 1, 0))
+    b.emit("else:")
+    with b.indent():
+        b.block(depth)
+
+
+@construct(1.5, lambda b: "n" in b.inputs)
+def for_range(b: Builder, depth: int) -> None:
+    """`for i in range(n)` with n an int input."""
+    b.emit(f"for {b.fresh('i')} in range(n):")
+    with b.loop():
+        b.block(depth)
+
+
+@construct(0.7)
+def for_constant(b: Builder, depth: int) -> None:
+    """A loop with a constant trip count (unrolled or not, it must run exactly that often)."""
+    b.emit(f"for {b.fresh('i')} in range({b.rng.randint(1, 4)}):")
+    with b.loop():
+        b.block(depth)
+
+
+@construct(2.0)
+def for_break(b: Builder, depth: int) -> None:
+    """A `for` loop left early by a data-dependent `break` (before or after the body's work)."""
+    cap = "n" if "n" in b.inputs and b.rng.random() < 0.7 else str(b.rng.randint(2, 6))
+    b.emit(f"for {b.fresh('i')} in range({cap}):")
+    with b.loop():
+        early = b.rng.random() < 0.4
+        if not early:
+            b.block(depth)
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            if b.rng.random() < 0.3:
+                simple_statement(b)
+            b.emit("break")
+        if early:
+            b.block(depth)
+
+
+@construct(0.8)
+def two_breaks(b: Builder, depth: int) -> None:
+    """Two data-dependent `break`s in one loop."""
+    cap = "n" if "n" in b.inputs else str(b.rng.randint(2, 6))
+    b.emit(f"for {b.fresh('i')} in range({cap}):")
+    with b.loop():
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            b.emit("break")
+        b.block(0)
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            b.emit("break")
+
+
+@construct(1.5)
+def while_cap(b: Builder, depth: int) -> None:
+    """`while <condition> and j < cap:` with the counter advanced at the end of the body."""
+    counter = b.fresh("j")
+    cap = "n" if "n" in b.inputs and b.rng.random() < 0.6 else str(b.rng.randint(2, 6))
+    b.emit(f"{counter} = 0")
+    b.emit(f"while {b.condition(in_while=True)} and {counter} < {cap}:")
+    with b.loop():
+        b.block(depth)
+        b.emit(f"{counter} += 1")
+
+
+@construct(0.8, lambda b: b.loop_depth == 0 and b.level == 0)
+def early_return(b: Builder, depth: int) -> None:
+    """`if <condition>: return ...` before the end (the outputs are those of the final return)."""
+    b.emit(f"if {b.condition()}:")
+    with b.indent():
+        simple_statement(b)
+        b.emit("return __RETURN__")
