@@ -10,15 +10,17 @@ The peer tests need the `bench` extra (onnx, onnxruntime, matplotlib), which `ma
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from dycl_iree import bench
+from dycl_iree import bench, verify
 
 
 class Gate(torch.nn.Module):
@@ -43,15 +45,20 @@ def make_gate() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     return Gate().eval(), (POSITIVE,)
 
 
-def _prepare_trace(context: bench.ModelContext) -> bench.Prepared:
-    # Tracing records the path the example input takes (the linear layer) and replays it for the
-    # negative sample too: the silent error the DyCL paper measured.
-    with pytest.warns(torch.jit.TracerWarning):
-        traced = torch.jit.trace(context.model, context.example_inputs)
-    return bench.Prepared(call=lambda inputs: traced(*inputs))
+class Trace(bench.Peer):
+    """A peer added from outside the harness, the way a new one is written."""
 
+    name = "torch-jit-trace"
+    description = "torch.jit.trace on the example input"
 
-TRACE = bench.Candidate("torch-jit-trace", "torch.jit.trace on the example input", _prepare_trace)
+    def prepare(self, context: bench.ModelContext) -> None:
+        # Tracing records the path the example input takes (the linear layer) and replays it for the
+        # negative sample too: the silent error the DyCL paper measured.
+        with pytest.warns(torch.jit.TracerWarning):
+            self.traced = torch.jit.trace(context.model, context.example_inputs)
+
+    def run(self, inputs: tuple) -> torch.Tensor:
+        return self.traced(*inputs)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,7 @@ def gate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[bench.Report, Pa
     out = tmp_path_factory.mktemp("bench")
     entry = bench.ModelEntry("gate", make_gate, SAMPLES)
     report = bench.benchmark(
-        [entry], out, rounds=2, warmup=1, candidates=["torchscript", "onnxruntime", "iree-onnx", TRACE]
+        [entry], out, rounds=2, warmup=1, candidates=["torchscript", "onnxruntime", "iree-onnx", Trace]
     )
     return report, out
 
@@ -137,6 +144,20 @@ def test_compare_outputs() -> None:
     assert [a.tolist() for a in bench.flatten_outputs({"a": [torch.zeros(1), (2.5, None)]})] == [[0.0], 2.5]
 
 
+def test_outputs_are_compared_by_verifys_rule() -> None:
+    # Off by 3e-5 of a value near 1: outside verify's plain tolerance (1e-6 + 1e-5 x 1) ...
+    eager, candidate = torch.tensor([1.0]), np.array([1.00003], np.float32)
+    assert "max abs difference" in str(bench.compare_outputs(eager, candidate))
+    assert verify.compare(candidate, eager, []) is False
+    # ... but a match when the candidate is nearer the float64 result than eager's float32 output,
+    # verify's second look; and still a mismatch when eager is the nearer one.
+    nearer_candidate = torch.tensor([1.00003], dtype=torch.float64)
+    assert bench.compare_outputs(eager, candidate, exact=lambda: nearer_candidate) is None
+    assert verify.compare(candidate, eager, [], exact=lambda: nearer_candidate) is True
+    reason = bench.compare_outputs(eager, candidate, exact=lambda: eager.double())
+    assert reason is not None and "further from the float64 result" in reason
+
+
 def test_first_line_of_compiler_errors() -> None:
     error = RuntimeError("Error invoking IREE compiler tool iree-compile\nDiagnostics:\nm.mlir:3:1: error: bad op\n")
     assert bench.first_line(error) == "iree-compile error: bad op"
@@ -202,7 +223,7 @@ def test_failing_exporter_is_reported_not_raised(tmp_path: Path, monkeypatch: py
     assert "failed: export/load: NotImplementedError" in (tmp_path / "report.md").read_text()
 
 
-def test_main_with_a_factory_file(tmp_path: Path) -> None:
+def test_main_with_a_factory_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model_file = tmp_path / "tiny.py"
     model_file.write_text(
         "import torch\n\n"
@@ -222,5 +243,73 @@ def test_main_with_a_factory_file(tmp_path: Path) -> None:
     raw = json.loads((out / "results.json").read_text())
     assert raw["models"][0]["name"] == "tiny.make"
     assert [c["matches"] for c in raw["models"][0]["candidates"]] == [True, True]
+    # Progress per model and candidate on stderr, as plain lines since stderr is not a terminal here.
+    err = capsys.readouterr().err
+    assert "[1/1] tiny.make: 1 samples, 2 candidates" in err
+    assert "[1/1] tiny.make: torchscript ready in" in err
+    assert "[1/1] tiny.make: timing round 1/1 (2 candidates)" in err
+    assert "\x1b[" not in err
     assert bench.main(["--models", f"{model_file}:missing", "--out", str(out)]) == 2
     assert bench.main(["--candidates", "nope", "--models", f"{model_file}:make", "--out", str(out)]) == 2
+
+
+class Noisy(bench.Peer):
+    """A peer that logs like torch.compile does on every graph break."""
+
+    name = "noisy"
+
+    def prepare(self, context: bench.ModelContext) -> None:
+        logging.getLogger("torch._dynamo").warning("Graph break from `Tensor.item()`")
+        self.model = context.model
+
+    def run(self, inputs: tuple) -> torch.Tensor:
+        logging.getLogger("torch._dynamo.convert_frame").warning("hit config.recompile_limit")
+        return self.model(*inputs)
+
+
+def test_peer_noise_is_silenced_failures_are_not(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    class Broken(bench.Peer):
+        name = "broken"
+        needs = ("a_module_that_is_not_installed",)
+
+    report = bench.benchmark(
+        [bench.ModelEntry("gate", make_gate, SAMPLES)], tmp_path, rounds=1, candidates=[Noisy, Broken]
+    )
+    err = capfd.readouterr().err
+    assert "Graph break" not in err and "recompile_limit" not in err
+    results = _by_name(report)
+    assert results["noisy"].status == "ok"
+    assert results["broken"].error == "PeerError: needs a_module_that_is_not_installed, not installed " + (
+        "(pip install -e '.[bench]')"
+    )
+    assert logging.getLogger("torch._dynamo").level != logging.ERROR  # put back afterwards
+
+
+def test_package_has_no_import_cycle() -> None:
+    """Every module of dycl_iree.bench imports only modules below it: no cycle hidden by __init__."""
+    root = Path(bench.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent.parent).with_suffix("").parts)
+        package = parts[:-1]
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                graph[name].add(target)
+    graph = {name: {t for t in targets if t in graph and t != name} for name, targets in graph.items()}
+    assert "dycl_iree.bench.peers.base" in graph and "dycl_iree.bench.driver" in graph
+
+    def cycle_from(name: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        if name in path:
+            return path[path.index(name) :] + (name,)
+        for target in graph[name]:
+            found = cycle_from(target, path + (name,))
+            if found:
+                return found
+        return None
+
+    for name in graph:
+        assert cycle_from(name, ()) is None, cycle_from(name, ())
