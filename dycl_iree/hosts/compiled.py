@@ -85,6 +85,19 @@ _LEGAL_HOST_OPS = {
 }
 
 
+# Comparisons emitted with their operands swapped (see host_op).
+_MIRRORED = {"aten::lt.float": "aten::gt.float"}
+
+
+# Comparisons with a float operand (TorchScript's `float_int` / `int_float` mix an int in), and the
+# tensor comparison each is emitted as (see `_Emitter.float_comparison`).
+_FLOAT_COMPARISONS = {
+    f"aten::{op}.{operands}": op
+    for op in ("gt", "lt", "ge", "le", "eq", "ne")
+    for operands in ("float", "float_int", "int_float")
+}
+
+
 def _list_construct(emitter: _Emitter, node: HostOp, result: str) -> str:
     mlir_type(node.outputs[0].type)  # refuses lists of other element types
     emitter.int_list(node.args, result)
@@ -110,6 +123,8 @@ def _list_to_tensor(emitter: _Emitter, node: HostOp, result: str) -> str:
     """`torch.tensor(list)` of ints: the list already is that tensor (int64 is all it can be here)."""
     data, dtype = node.args
     want = mlir_type(node.outputs[0].type)
+    if isinstance(data, Value) and isinstance(data.type, ScalarType):
+        return _scalar_to_tensor(emitter, data, dtype.value, want, result)
     if dtype.value != "int64":
         raise CompiledHostUnsupported(f"torch.tensor of a run-time list as {dtype.value}")
     if isinstance(data, ListArg):
@@ -120,10 +135,26 @@ def _list_to_tensor(emitter: _Emitter, node: HostOp, result: str) -> str:
         emitter.emit(f"{result} = torch.tensor_static_info_cast {built} : {_INT_LIST} to {want}")
         return want
     if not isinstance(data, Value) or not isinstance(data.type, ListType):
-        raise CompiledHostUnsupported("torch.tensor of a scalar on a host path")
+        raise CompiledHostUnsupported("torch.tensor of a host value that is neither a scalar nor a list")
     items, _ = emitter.operand(data, _INT_LIST)
     emitter.emit(f"{result} = torch.tensor_static_info_cast {items} : {_INT_LIST} to {want}")
     return want
+
+
+def _scalar_to_tensor(emitter: _Emitter, data: Value, dtype: str, want: str, result: str) -> str:
+    """`torch.tensor(i)` of a host int or float (a counter, a value read back): a 0-d tensor."""
+    operand, have = emitter.operand(data)
+    if data.type.kind == "int" and dtype == "int64":
+        emitter.emit(f"{result} = torch.prim.NumToTensor.Scalar {operand} : !torch.int -> {want}")
+        return want
+    if data.type.kind == "float" and dtype == "float64":
+        emitter.emit(f"{result} = torch.prim.NumToTensor.Scalar {operand} : !torch.float -> {want}")
+        return want
+    if data.type.kind in ("int", "float") and dtype == "float32":
+        narrow = emitter.cast(emitter.operand(data, "!torch.float")[0], "!torch.float", want)
+        emitter.emit(f"{result} = torch.tensor_static_info_cast {narrow} : {want} to {want}")
+        return want
+    raise CompiledHostUnsupported(f"torch.tensor of a host {data.type.kind} as {dtype}")
 
 
 # Host ops on lists of ints, emitted as tensor ops in `main`.
@@ -275,13 +306,21 @@ class _Emitter(Emitter):
             self.emit(f"torch.prim.If.yield {true} : !torch.bool")
             self.depth -= 1
             self.emit("}")
+        elif target in _FLOAT_COMPARISONS:
+            result_type = "!torch.bool"
+            self.float_comparison(_FLOAT_COMPARISONS[target], node.args, result)
         elif target in _LIST_OPS:
             result_type = _LIST_OPS[target](self, node, result)
         elif target in _LEGAL_HOST_OPS:
+            args = node.args
+            if target in _MIRRORED:
+                # IREE 3.13 leaves the float constant of `aten.lt.float` unlegalized ("failed to legalize
+                # operation 'torch.constant.float'") where `aten.gt.float` converts: a < b as b > a.
+                target, args = _MIRRORED[target], tuple(reversed(args))
             result_type = _LEGAL_HOST_OPS[target]
             kind = target.split(".")[-1]
             want = {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}.get(kind)
-            operands = [self.operand(arg, want) for arg in node.args]
+            operands = [self.operand(arg, want) for arg in args]
             op = "torch." + target.replace("::", ".")
             self.emit(
                 f"{result} = {op} {', '.join(o[0] for o in operands)} : "
@@ -291,6 +330,27 @@ class _Emitter(Emitter):
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
         self.define(output, result, result_type)
+
+    def float_comparison(self, op: str, args: tuple, result: str) -> None:
+        """`result` = a comparison of two host floats (or a float and an int), as PyTorch decides it.
+
+        Through 0-d f64 tensors, not `torch.aten.gt.float`: torch-mlir lowers that to an unordered
+        `arith.cmpf ugt`, true when an operand is NaN (PyTorch and Python: false), and leaves
+        `aten.lt.float` unlowered ("failed to legalize operation 'torch.constant.float'"). Tensor
+        comparisons are ordered; the 0-d ops fold into the host code.
+        """
+        tensors = []
+        for arg in args:
+            scalar, _ = self.operand(arg, "!torch.float")
+            tensor = self.fresh()
+            self.emit(f"{tensor} = torch.prim.NumToTensor.Scalar {scalar} : !torch.float -> !torch.vtensor<[],f64>")
+            tensors.append(tensor)
+        compared = self.fresh()
+        self.emit(
+            f"{compared} = torch.aten.{op}.Tensor {tensors[0]}, {tensors[1]} : "
+            "!torch.vtensor<[],f64>, !torch.vtensor<[],f64> -> !torch.vtensor<[],i1>"
+        )
+        self.emit(f"{result} = torch.aten.Bool.Tensor {compared} : !torch.vtensor<[],i1> -> !torch.bool")
 
     # -- lists of ints, as 1-D int64 tensors ------------------------------------------------------
     def int_element(self, arg: Arg) -> str:

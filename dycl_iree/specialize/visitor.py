@@ -729,6 +729,12 @@ class _Specializer:
             scaled = self.emit_host("aten::mul.int", (index, step), "int", source)
             self.bind(node.output(), self.emit_host("aten::add.int", (start, scaled), "int", source))
             return
+        scalar = entries[0] if len(entries) == 1 and isinstance(entries[0], Value) else None
+        scalar = scalar if scalar is not None and isinstance(scalar.type, ScalarType) else None
+        if scalar is not None and kind in _SCALAR_CONVERSIONS and _SCALAR_CONVERSIONS[kind] == scalar.type.kind:
+            # int(i) of an int (`int(tok.item())`), float(f) of a float: the value itself.
+            self.bind(node.output(), entries[0])
+            return
         if scalar_ops.lookup(kind) is None:
             raise UnsupportedOpError(kind, source, detail="host operation on run-time values")
         target = kind + ("." + overload._overloadname if overload is not None else "")
@@ -899,6 +905,9 @@ class _Specializer:
             return type(value)(self.meta_constant(item) for item in value)
         return value
 
+
+# Conversions of a host scalar to its own kind, which leave it as it is.
+_SCALAR_CONVERSIONS = {"aten::Int": "int", "aten::Float": "float", "aten::Bool": "bool"}
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
