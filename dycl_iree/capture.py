@@ -8,11 +8,11 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
 
+from .diagnose import GENERIC_ADVICE, diagnose, forget_half_compiled_types, format_problems, script_quietly
 from .errors import CaptureError
 
 
@@ -27,14 +27,6 @@ class CapturedModel:
     name: str
 
 
-_SCRIPT_ADVICE = (
-    "TorchScript must be able to compile forward(): give non-tensor arguments type annotations "
-    "(n: int, flag: bool), annotate empty lists (tokens: List[int] = []), avoid Python features it "
-    "does not support (**kwargs, closures, non-tensor globals), and mark helper methods it should "
-    "skip with @torch.jit.ignore."
-)
-
-
 def capture(model: torch.nn.Module) -> CapturedModel:
     """Script (unless already scripted) and freeze `model` in eval mode."""
     if not isinstance(model, torch.nn.Module):
@@ -47,13 +39,7 @@ def capture(model: torch.nn.Module) -> CapturedModel:
         scripted = model
         name = getattr(model, "original_name", name)
     else:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.simplefilter("ignore", FutureWarning)
-                scripted = torch.jit.script(model)
-        except Exception as error:  # TorchScript raises several types (RuntimeError, NotSupportedError, ...)
-            raise CaptureError(f"TorchScript could not script {name}:\n{error}\n{_SCRIPT_ADVICE}") from error
+        scripted = _script(model, name)
     try:
         frozen = torch.jit.freeze(scripted.eval())
     except Exception as error:
@@ -62,6 +48,21 @@ def capture(model: torch.nn.Module) -> CapturedModel:
     inputs = list(graph.inputs())[1:]  # the first input is `self`
     input_names = tuple(_clean_name(v.debugName()) for v in inputs)
     return CapturedModel(scripted, frozen, graph, input_names, name)
+
+
+def _script(model: torch.nn.Module, name: str) -> torch.jit.ScriptModule:
+    """`torch.jit.script`, or a CaptureError that lists every problem TorchScript finds, each with its fix."""
+    # A failed script of this class earlier in the process (ours or the caller's) would otherwise
+    # make this one fail with "Can't redefine method: forward", which names no file or line.
+    forget_half_compiled_types()
+    try:
+        return script_quietly(model)
+    except Exception as error:  # TorchScript raises several types (RuntimeError, FrontendError, ...)
+        forget_half_compiled_types()
+        problems = diagnose(model, first_error=error)
+        if not problems:
+            raise CaptureError(f"TorchScript could not script {name}:\n{error}\n{GENERIC_ADVICE}") from error
+        raise CaptureError(format_problems(name, problems)) from error
 
 
 def _clean_name(debug_name: str) -> str:
