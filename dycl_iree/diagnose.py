@@ -153,7 +153,7 @@ def diagnose(model: torch.nn.Module, first_error: BaseException | None = None) -
         store.type_store.update(saved_store[0])
         store.methods_compiled.clear()
         store.methods_compiled.update(saved_store[1])
-    return problems
+    return sorted(problems, key=lambda problem: (problem.file, problem.line))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,7 +584,8 @@ def _explain_torch_internal(
 
 def _scan(function: Callable[..., Any], owner: type | None, code: _UserCode) -> list[Problem]:
     """The other patterns TorchScript always rejects in a function it failed on, which its first
-    error hides: every try block, set comprehension, untyped tolist() and variable module index."""
+    error hides: every try block, set comprehension, untyped tolist() and variable module index.
+    TorchScript has not said these yet, so they carry no message of its own."""
     file = function.__code__.co_filename
     definition = _enclosing_def(file, function.__code__.co_firstlineno)
     if definition is None:
@@ -594,17 +595,17 @@ def _scan(function: Callable[..., Any], owner: type | None, code: _UserCode) -> 
     for node in ast.walk(definition):
         frame = _Frame(file, getattr(node, "lineno", 0))
         if isinstance(node, ast.Try):
-            problems.append(_try_problem(frame, "try blocks aren't supported"))
+            problems.append(_try_problem(frame, ""))
         elif isinstance(node, ast.SetComp):
-            problems.append(_problem("a set comprehension", frame, "SetComp aren't supported", _SET_FIX))
+            problems.append(_problem("a set comprehension", frame, "", _SET_FIX))
         elif isinstance(node, ast.Call) and _called_name(node) == "tolist" and id(node) not in annotated:
             assignments = [parent for parent in ast.walk(definition) if getattr(parent, "value", None) is node]
-            problems.append(_tolist_problem(frame, "Expected type hint for result of tolist()", [node, *assignments]))
+            problems.append(_tolist_problem(frame, "", [node, *assignments]))
         elif isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice) and not _is_literal(node.slice):
             attribute = _is_self_attribute(node.value)
             value = code.attribute(owner, attribute) if attribute else None
             if isinstance(value, (torch.nn.ModuleList, torch.nn.Sequential)):
-                problems.append(_module_list_problem(frame, "ModuleList/Sequential indexed by a variable", [node]))
+                problems.append(_module_list_problem(frame, "", [node]))
             elif isinstance(value, torch.nn.ModuleDict) and not isinstance(node.slice, ast.Constant):
-                problems.append(_module_dict_problem(frame, "ModuleDict indexed by a variable", [node]))
+                problems.append(_module_dict_problem(frame, "", [node]))
     return sorted(problems, key=lambda problem: problem.line)
