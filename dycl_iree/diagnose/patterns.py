@@ -1,0 +1,344 @@
+"""The patterns of code TorchScript rejects, each with its fix: from one TorchScript error to the
+problems it shows, at the user's line, and the user's function to silence to get past it.
+
+Example:
+    >>> problems, culprit = explain(error, UserCode(model), silenced=[])     # doctest: +SKIP
+    >>> problems[0].title                                                     # doctest: +SKIP
+    'a try/except block'
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .source import (
+    TORCH_DIR,
+    Frame,
+    UserCode,
+    called_name,
+    enclosing_def,
+    is_literal,
+    nodes_on_line,
+    parse_error,
+    self_attribute,
+    source_line,
+    under_training_branch,
+)
+
+# What every TorchScript problem without a more precise fix is told.
+GENERIC_ADVICE = (
+    "TorchScript must be able to compile forward(): give non-tensor arguments type annotations "
+    "(n: int, flag: bool), annotate empty lists (tokens: List[int] = []), avoid Python features it "
+    "does not support (**kwargs, closures, non-tensor globals), and mark helper methods it should "
+    "skip with @torch.jit.ignore."
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing TorchScript rejects: where (the user's line), what TorchScript said, and the fix."""
+
+    title: str
+    file: str
+    line: int
+    source: str
+    message: str
+    fix: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else "(no source line)"
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.title}"
+        if self.source:
+            text += f"\n    {self.source}"
+        if self.message:
+            text += "\n  TorchScript: " + self.message.replace("\n", "\n  ")
+        return text + f"\n  fix: {self.fix}"
+
+
+def explain(
+    error: BaseException, code: UserCode, silenced: list[Callable[..., Any]]
+) -> tuple[list[Problem], Callable[..., Any] | None]:
+    """The problems one TorchScript error shows, and the user's function to silence to get past it."""
+    headline, message, frames = parse_error(error)
+    user_frames = [frame for frame in frames if not frame.in_torch]
+    torch_frame = frames[0] if frames and frames[0].in_torch else None
+    if torch_frame is not None:
+        return _explain_torch_internal(headline, torch_frame, user_frames, code)
+    if not user_frames:
+        problem = Problem("TorchScript rejected the model", "", 0, "", message, GENERIC_ADVICE)
+        return [problem], None
+    frame = user_frames[0]
+    found = code.function_at(frame.file, frame.line)
+    function, owner = found if found is not None else (None, None)
+    if function is not None and _calls_silenced(frame, silenced, code):
+        # This error only says that a function silenced in an earlier round is called here.
+        return [], function
+    problem = _classify(headline, message, frame, frames, code, owner)
+    problems = [problem]
+    if function is not None:
+        problems += [extra for extra in _scan(function, owner, code) if extra.line != problem.line]
+    return problems, function
+
+
+def _calls_silenced(frame: Frame, silenced: list[Callable[..., Any]], code: UserCode) -> bool:
+    names = {function.__name__ for function in silenced}
+    for function in silenced:
+        if function.__name__ == "forward":
+            for module_class, instances in code.instances.items():
+                if getattr(module_class, "forward", None) is function:
+                    names.update(name for instance in instances for name in code.attribute_names[id(instance)])
+    for node in nodes_on_line(frame.file, frame.line):
+        if isinstance(node, ast.Call) and called_name(node) in names and node.lineno == frame.line:
+            return True
+    return False
+
+
+def _problem(title: str, frame: Frame, message: str, fix: str, line: int | None = None) -> Problem:
+    line = frame.line if line is None else line
+    return Problem(title, frame.file, line, source_line(frame.file, line), message, fix)
+
+
+def _classify(
+    headline: str, message: str, frame: Frame, frames: list[Frame], code: UserCode, owner: type | None
+) -> Problem:
+    nodes = nodes_on_line(frame.file, frame.line)
+    training = _training_problem(headline, frame, frames, code)
+    if training is not None:
+        return training
+    if "try blocks aren't supported" in headline:
+        return _try_problem(frame, headline)
+    if "SetComp aren't supported" in headline:
+        return _problem("a set comprehension", frame, headline, _SET_FIX)
+    if "ModuleList/Sequential indexing is only supported" in headline:
+        return _module_list_problem(frame, headline, nodes)
+    if "ModuleDict indexing is only supported" in headline:
+        return _module_dict_problem(frame, headline, nodes)
+    if "Expected type hint for result of tolist()" in headline:
+        return _tolist_problem(frame, headline, nodes)
+    generator = next((node for node in nodes if isinstance(node, ast.GeneratorExp)), None)
+    if generator is not None:
+        return _generator_problem(frame, headline, nodes)
+    empty = _empty_list_problem(headline, message, frame, nodes)
+    if empty is not None:
+        return empty
+    attribute = _container_attribute_problem(headline, frame, code, owner)
+    if attribute is not None:
+        return attribute
+    return _problem("TorchScript rejects this line", frame, message, GENERIC_ADVICE)
+
+
+_SET_FIX = (
+    "TorchScript has no sets: build a list instead (`[k for k in ...]`) and test membership with `in`, "
+    "or count distinct values with a `Dict[int, bool]`."
+)
+
+
+def _try_problem(frame: Frame, headline: str) -> Problem:
+    return _problem(
+        "a try/except block",
+        frame,
+        headline,
+        "remove the try/except and keep the body of `try`; if the `except` handles a case that really "
+        "happens, test for that case with an `if` before it can fail.",
+    )
+
+
+def _module_list_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    attribute = next(
+        (name for node in nodes if isinstance(node, ast.Subscript) and (name := self_attribute(node.value))),
+        "blocks",
+    )
+    item = attribute[:-1] if attribute.endswith("s") and len(attribute) > 1 else "module"
+    fix = (
+        f"iterate over the modules instead of indexing them with a variable: `for {item} in self.{attribute}: "
+        f"x = {item}(x)`; use `for i, {item} in enumerate(self.{attribute})` when the index is needed, and "
+        f"`zip(self.{attribute}, ...)` to walk two lists together."
+    )
+    return _problem(f"the ModuleList/Sequential `self.{attribute}` indexed by a variable", frame, headline, fix)
+
+
+def _module_dict_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    subscript = next((node for node in nodes if isinstance(node, ast.Subscript) and self_attribute(node.value)), None)
+    attribute = self_attribute(subscript.value) if subscript is not None else "heads"
+    key = ast.unparse(subscript.slice) if subscript is not None else "key"
+    loop_name = "name" if key != "name" else "key"
+    fix = (
+        f"a ModuleDict can only be indexed by a string literal; iterate and compare the key instead: "
+        f"`for {loop_name}, module in self.{attribute}.items(): if {loop_name} == {key}: out = module(x)`."
+    )
+    return _problem(f"the ModuleDict `self.{attribute}` indexed by a variable", frame, headline, fix)
+
+
+def _tolist_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    assignment = next((node for node in nodes if isinstance(node, ast.Assign) and len(node.targets) == 1), None)
+    target = ast.unparse(assignment.targets[0]) if assignment is not None else "values"
+    call = next((node for node in nodes if isinstance(node, ast.Call) and called_name(node) == "tolist"), None)
+    value = ast.unparse(call) if call is not None else "t.tolist()"
+    fix = (
+        f"give the result its type in an annotated assignment: `{target}: List[float] = {value}` "
+        "(List[int] for an integer tensor, one List per dimension: List[List[float]] for a 2-d tensor; "
+        "`from typing import List`)."
+    )
+    return _problem("tolist() without a type annotation", frame, headline, fix)
+
+
+def _generator_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    summed = any(isinstance(node, ast.Call) and called_name(node) == "sum" for node in nodes)
+    if summed:
+        fix = (
+            "TorchScript reads a generator as a list and cannot sum() a list of tensors: add them in a loop "
+            "(`total = xs[0]` then `for t in xs[1:]: total = total + t`), or `torch.stack([...]).sum(0)` "
+            "when they have the same shape."
+        )
+    else:
+        fix = "replace the generator with a list comprehension `[... for ...]` or a loop that fills a typed list."
+    return _problem("a generator expression", frame, headline, fix)
+
+
+def _empty_list_problem(headline: str, message: str, frame: Frame, nodes: list[ast.AST]) -> Problem | None:
+    mismatch = re.search(r"previously matched to type Tensor is matched to type (.+?)\.?$", message, re.MULTILINE)
+    if mismatch is None and "Empty lists default to List[Tensor]" not in message:
+        return None
+    element = mismatch.group(1).strip() if mismatch else "int"
+    names = {
+        node.func.value.id
+        for node in nodes
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.attr in ("append", "insert", "extend")
+    }
+    definition = enclosing_def(frame.file, frame.line)
+    empty_line = None
+    for node in ast.walk(definition) if definition is not None else ():
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.List)
+            and not node.value.elts
+            and any(isinstance(target, ast.Name) and target.id in names for target in node.targets)
+            and node.lineno <= frame.line
+            and (empty_line is None or node.lineno > empty_line)
+        ):
+            empty_line = node.lineno
+    name = next(iter(sorted(names)), "items")
+    fix = (
+        f"TorchScript takes an empty list for a List[Tensor]; annotate it with its element type: "
+        f"`{name}: List[{element}] = []` (`from typing import List`)"
+    )
+    if empty_line is not None and empty_line != frame.line:
+        fix += f"; the list is filled at line {frame.line}: `{source_line(frame.file, frame.line)}`"
+    return _problem("an empty list without a type annotation", frame, headline, fix + ".", empty_line)
+
+
+def _container_attribute_problem(headline: str, frame: Frame, code: UserCode, owner: type | None) -> Problem | None:
+    found = re.search(r"has no attribute '(\w+)' \(This attribute exists on the Python module", headline)
+    if found is None:
+        return None
+    name = found.group(1)
+    value = code.attribute(owner, name)
+    if isinstance(value, dict) and any(isinstance(item, torch.nn.Module) for item in value.values()):
+        fix = f"register the modules: `self.{name} = nn.ModuleDict({{...}})` instead of a plain dict."
+        return _problem(f"a dict of modules `self.{name}`", frame, headline, fix)
+    if isinstance(value, (list, tuple)) and any(isinstance(item, torch.nn.Module) for item in value):
+        fix = f"register the modules: `self.{name} = nn.ModuleList([...])` instead of a plain {type(value).__name__}."
+        return _problem(f"a list of modules `self.{name}`", frame, headline, fix)
+    if isinstance(value, list) and not value:
+        fix = (
+            f"TorchScript cannot tell what an empty list attribute holds; annotate it in __init__: "
+            f"`self.{name}: List[Tensor] = []` (or the element type it holds; `from typing import List`)."
+        )
+        return _problem(f"the empty list attribute `self.{name}` without a type annotation", frame, headline, fix)
+    return None
+
+
+def _training_problem(message: str, frame: Frame, frames: list[Frame], code: UserCode) -> Problem | None:
+    if under_training_branch(frame.file, frame.line):
+        fix = (
+            "this code runs only in training (under `if self.training:`); move it into a method marked "
+            "`@torch.jit.unused` and call that from the branch: TorchScript then compiles a stub, and the "
+            "exported model runs in eval mode."
+        )
+        return _problem("training-only code TorchScript cannot compile", frame, message, fix)
+    definition = enclosing_def(frame.file, frame.line)
+    if definition is None:
+        return None
+    call_sites = [(other.file, other.line) for other in frames[1:] if not other.in_torch][:1]
+    call_sites += [(file, call.lineno) for file, call in code.calls_to(definition.name)]
+    for file, line in call_sites:
+        if under_training_branch(file, line):
+            fix = (
+                f"`{definition.name}` runs only in training (called under `if self.training:` at {file}:{line}); "
+                f"mark it `@torch.jit.unused` so that TorchScript compiles a stub instead of its body (the "
+                "exported model runs in eval mode)."
+            )
+            return _problem(f"the training-only helper `{definition.name}`", frame, message, fix)
+    return None
+
+
+def _explain_torch_internal(
+    headline: str, torch_frame: Frame, user_frames: list[Frame], code: UserCode
+) -> tuple[list[Problem], Callable[..., Any] | None]:
+    """An error inside torch's own code: point at the user's call that made TorchScript compile it."""
+    definition = enclosing_def(torch_frame.file, torch_frame.line)
+    torch_name = definition.name if definition is not None else "?"
+    torch_where = f"{torch_frame.file.removeprefix(TORCH_DIR)}:{torch_frame.line}"
+    sites = [(frame.file, frame.line) for frame in user_frames[:1]]
+    if not sites:
+        sites = [(file, call.lineno) for file, call in code.calls_to(torch_name)]
+    if torch_name == "flatten_parameters":
+        fix = (
+            "remove the `flatten_parameters()` call from forward: it only re-packs the weights for cuDNN, "
+            "which an exported model does not use (call it once after moving the model to the GPU instead)."
+        )
+    else:
+        fix = (
+            f"TorchScript cannot compile torch's `{torch_name}`: call it outside forward (in __init__, or in a "
+            "method marked @torch.jit.ignore that an exported model does not need), or use an equivalent "
+            "TorchScript supports."
+        )
+    title = f"this call makes TorchScript compile torch's `{torch_name}` ({torch_where}), which it cannot"
+    if not sites:
+        problem = Problem(title, torch_frame.file, torch_frame.line, "", headline, fix)
+        return [problem], None
+    problems = [
+        Problem(title, file, line, source_line(file, line), headline, fix) for file, line in dict.fromkeys(sites)
+    ]
+    found = code.function_at(*sites[0])
+    return problems, found[0] if found is not None else None
+
+
+def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> list[Problem]:
+    """The other patterns TorchScript always rejects in a function it failed on, which its first
+    error hides: every try block, set comprehension, untyped tolist() and variable module index.
+    TorchScript has not said these yet, so they carry no message of its own."""
+    file = function.__code__.co_filename
+    definition = enclosing_def(file, function.__code__.co_firstlineno)
+    if definition is None:
+        return []
+    annotated = {id(node.value) for node in ast.walk(definition) if isinstance(node, ast.AnnAssign)}
+    problems = []
+    for node in ast.walk(definition):
+        frame = Frame(file, getattr(node, "lineno", 0))
+        if isinstance(node, ast.Try):
+            problems.append(_try_problem(frame, ""))
+        elif isinstance(node, ast.SetComp):
+            problems.append(_problem("a set comprehension", frame, "", _SET_FIX))
+        elif isinstance(node, ast.Call) and called_name(node) == "tolist" and id(node) not in annotated:
+            assignments = [parent for parent in ast.walk(definition) if getattr(parent, "value", None) is node]
+            problems.append(_tolist_problem(frame, "", [node, *assignments]))
+        elif isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice) and not is_literal(node.slice):
+            attribute = self_attribute(node.value)
+            value = code.attribute(owner, attribute) if attribute else None
+            if isinstance(value, (torch.nn.ModuleList, torch.nn.Sequential)):
+                problems.append(_module_list_problem(frame, "", [node]))
+            elif isinstance(value, torch.nn.ModuleDict) and not isinstance(node.slice, ast.Constant):
+                problems.append(_module_dict_problem(frame, "", [node]))
+    return sorted(problems, key=lambda problem: problem.line)
