@@ -245,7 +245,7 @@ def test_main_with_a_factory_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert [c["matches"] for c in raw["models"][0]["candidates"]] == [True, True]
     # Progress per model and candidate on stderr, as plain lines since stderr is not a terminal here.
     err = capsys.readouterr().err
-    assert "[1/1] tiny.make: 1 samples, 2 candidates" in err
+    assert "[1/1] tiny.make: 1 sample, 2 candidates" in err
     assert "[1/1] tiny.make: torchscript ready in" in err
     assert "[1/1] tiny.make: timing round 1/1 (2 candidates)" in err
     assert "\x1b[" not in err

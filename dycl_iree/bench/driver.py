@@ -130,13 +130,13 @@ def benchmark_model(
     except Exception as exc:  # one broken model must not stop the others
         progress.done(f"{label}: model failed to build: {first_line(exc)}")
         return ModelResult(entry.name, 0, [], error=first_line(exc))
-    progress.done(f"{label}: {len(samples)} samples, {len(candidates)} candidates")
+    progress.done(f"{label}: {_count(len(samples), 'sample')}, {_count(len(candidates), 'candidate')}")
     context = ModelContext(entry.name, model, example_inputs, samples, folder, threads, dynamic_shapes, device)
     results, timed = _prepare_all(context, candidates, progress, label)
     timed = _check_all(timed, samples, expected, Float64Reference(model), warmup, progress, label)
 
     def on_round(index: int) -> None:
-        progress.step(f"{label}: timing round {index + 1}/{rounds} ({len(timed)} candidates)")
+        progress.step(f"{label}: timing round {index + 1}/{rounds} ({_count(len(timed), 'candidate')})")
 
     time_rounds(timed, rounds, repeat, on_round)
     for item in timed:
@@ -201,7 +201,7 @@ def _check_all(
     still_running = []
     for item in timed:
         result = item.result
-        progress.step(f"{label}: checking {result.candidate} against eager on {len(samples)} samples")
+        progress.step(f"{label}: checking {result.candidate} against eager on {_count(len(samples), 'sample')}")
         try:
             for index, (converted, want) in enumerate(zip(item.samples, expected)):
                 for _ in range(warmup):
@@ -220,6 +220,10 @@ def _check_all(
             continue
         still_running.append(item)
     return still_running
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _summary(results: list[CandidateResult]) -> str:

@@ -105,7 +105,7 @@ class RichProgress(Progress):
             self._progress.update(self._task, description=message)
 
     def done(self, message: str) -> None:
-        self.console.print(message, markup=False)
+        self.console.print(message, markup=False, soft_wrap=True)  # the terminal wraps, not rich
 
     def advance(self) -> None:
         if self._progress is not None:
