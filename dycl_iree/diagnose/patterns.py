@@ -41,7 +41,7 @@ GENERIC_ADVICE = (
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing TorchScript rejects: where (the user's line), what TorchScript said, and the fix."""
+    """One thing that stops an export: where (the user's line), what the tool that found it said, and the fix."""
 
     title: str
     file: str
@@ -49,6 +49,7 @@ class Problem:
     source: str
     message: str
     fix: str
+    said_by: str = "TorchScript"
 
     @property
     def where(self) -> str:
@@ -59,7 +60,7 @@ class Problem:
         if self.source:
             text += f"\n    {self.source}"
         if self.message:
-            text += "\n  TorchScript: " + self.message.replace("\n", "\n  ")
+            text += f"\n  {self.said_by}: " + self.message.replace("\n", "\n  ")
         return text + f"\n  fix: {self.fix}"
 
 
