@@ -1,4 +1,4 @@
-"""The command line: `python -m dycl_iree export | run | inspect | verify | bench | demo`.
+"""The command line: `python -m dycl_iree export | run | inspect | verify | doctor | bench | demo`.
 
 Example:
     python -m dycl_iree export models/programs.py:early_exit -o early_exit.dycl
@@ -164,6 +164,12 @@ def _verify(args: argparse.Namespace) -> int:
     return verify_main(args)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import main as doctor_main
+
+    return doctor_main(args.factory)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
@@ -210,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--random", type=int, default=0, help="also check N random inputs shaped like the example")
     verify.add_argument("--baseline", choices=("trace",), help="also count the samples a torch.jit.trace gets wrong")
     verify.set_defaults(handler=_verify)
+
+    doctor = commands.add_parser(
+        "doctor", help="list every problem that stops a model's export, with its fix, without exporting"
+    )
+    doctor.add_argument("factory", help="FILE.py:FACTORY or package.module:FACTORY")
+    doctor.set_defaults(handler=_doctor)
 
     demo = commands.add_parser("demo", help="export and run the built-in examples, against PyTorch")
     demo.set_defaults(handler=_demo)
