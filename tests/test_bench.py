@@ -313,3 +313,42 @@ def test_package_has_no_import_cycle() -> None:
 
     for name in graph:
         assert cycle_from(name, ()) is None, cycle_from(name, ())
+
+
+def test_plot_shows_spread_and_busy_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dycl_iree.bench import plot
+
+    eager = bench.CandidateResult("eager", round_ms=[3.0, 4.0, 3.5], latency_ms=3.5, speedup=1.0, matches=True)
+    fast = bench.CandidateResult("fast", round_ms=[1.0, 2.0, 1.0], latency_ms=1.0, speedup=3.5, matches=True)
+    # Per round: 3/1, 4/2, 3.5/1; the ratio of medians (3.5) lies inside.
+    assert plot._spread(fast, eager) == (2.0, 3.5)
+    drawn: dict[str, list] = {"errorbar": [], "text": []}
+    import matplotlib.axes
+    import matplotlib.figure
+
+    original_errorbar, original_text = matplotlib.axes.Axes.errorbar, matplotlib.figure.Figure.text
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "errorbar",
+        lambda self, *a, **k: drawn["errorbar"].append((a, k)) or original_errorbar(self, *a, **k),
+    )
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "text",
+        lambda self, x, y, s, *a, **k: drawn["text"].append(s) or original_text(self, x, y, s, *a, **k),
+    )
+    report = bench.Report(
+        settings={"candidates": {"eager": "", "fast": ""}},
+        environment={"load average at start": "3.20", "cpus": "2"},
+        models=[bench.ModelResult("m", 1, [eager, fast])],
+        geomean={},
+    )
+    plot.plot_speedups(report, tmp_path / "busy.png")
+    assert (tmp_path / "busy.png").stat().st_size > 0
+    (x, y), keywords = drawn["errorbar"][0]
+    assert y == 3.5 and keywords["yerr"] == [[1.5], [0.0]]
+    assert any("busy (load 3.20 on 2 CPUs)" in text for text in drawn["text"])
+    report.environment["load average at start"] = "0.10"
+    drawn["text"].clear()
+    plot.plot_speedups(report, tmp_path / "idle.png")
+    assert not any("busy" in text for text in drawn["text"])

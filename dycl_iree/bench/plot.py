@@ -89,15 +89,16 @@ def plot_speedups(report: Report, path: Path) -> None:
     axes.set_xticks(range(len(models)), [model.name for model in models], rotation=20, ha="right")
     axes.set_ylabel("speedup over PyTorch eager (log scale)")
     axes.set_title(
-        "Speedup over eager (median over rounds of the mean latency per sample; whiskers: min-max over rounds)",
+        "Speedup over eager: median over rounds of the mean latency per sample\n"
+        "(whiskers: lowest to highest per-round speedup)",
         fontsize=10,
     )
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never over a bar
     busy = busy_note(report.environment)
     if busy:
         note = f"Warning: {busy}; latencies are inflated and scattered."
-        figure.text(0.01, 0.01, note, fontsize=8, color="firebrick")
-        figure.tight_layout(rect=(0, 0.05, 1, 1))
+        figure.text(0.01, 0.01, note, fontsize=8, color="firebrick", wrap=True)
+        figure.tight_layout(rect=(0, 0.08, 1, 1))
     else:
         figure.tight_layout()
     figure.savefig(path, dpi=120)
