@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 import torch
 from torch import nn
 
 import dycl_iree
+from dycl_iree import cli
 from dycl_iree.diagnose import diagnose
 from dycl_iree.errors import CaptureError
 
@@ -328,3 +331,74 @@ class Fine(nn.Module):
 
 def test_a_model_torchscript_accepts_has_no_problems() -> None:
     assert diagnose(Fine()) == []
+
+
+_MODELS_FILE = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Good(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x - 1
+
+
+    class Bad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+        def forward(self, x):
+            for i in range(2):
+                x = self.blocks[i](x)
+            try:
+                x = x.relu()
+            except Exception:
+                pass
+            return x
+
+
+    def good():
+        return Good(), (torch.randn(2, 4),)
+
+
+    def bad():
+        return Bad(), (torch.randn(2, 4),)
+
+
+    class NeedsImages(nn.Module):
+        def forward(self, x):
+            if x.dim() != 4:
+                raise ValueError("expected NCHW images")
+            return x.mean()
+
+
+    def flat_example():
+        return NeedsImages(), (torch.randn(2, 4),)
+    """
+)
+
+
+def test_doctor_on_good_and_bad_models(tmp_path, capsys) -> None:
+    path = tmp_path / "doctor_models.py"
+    path.write_text(_MODELS_FILE)
+    assert cli.main(["doctor", f"{path}:good"]) == 0
+    assert "no problems found" in capsys.readouterr().out
+
+    assert cli.main(["doctor", f"{path}:bad"]) == 1
+    out = capsys.readouterr().out
+    lines = _MODELS_FILE.splitlines()
+    index_line = next(n for n, text in enumerate(lines, 1) if "self.blocks[i](x)" in text)
+    try_line = next(n for n, text in enumerate(lines, 1) if text.strip() == "try:")
+    assert "2 problems" in out
+    assert f"{path}:{index_line}:" in out and "for block in self.blocks" in out
+    assert f"{path}:{try_line}:" in out and "remove the try/except" in out
+    assert "no problems found" not in out
+
+    # A model TorchScript accepts still gets the checks specialize makes for its example inputs.
+    assert cli.main(["doctor", f"{path}:flat_example"]) == 1
+    out = capsys.readouterr().out
+    assert "1 problem" in out and "NeedsImages always raises on inputs of the example's types" in out
