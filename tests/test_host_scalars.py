@@ -100,10 +100,6 @@ def test_a_decoder_stops_at_the_word_maps_end_token_in_the_compiled_host(tmp_pat
     assert ended and 7 in lengths, lengths
 
 
-# A loop body that carries x and reduces a function of it hits the IREE 3.13 trap in README.md
-# ("unresolved target materialization from ('f32') to ('!stream.resource<*>', 'index')"): the
-# bundle falls back to the Python host. Strict, so that the day it compiles this test says so.
-@pytest.mark.xfail(strict=True, reason="IREE 3.13: loop-carried tensor reduced in the same body")
 @pytest.mark.parametrize("limit", [0, 2, 6])
 def test_torch_tensor_of_a_counter_and_a_float_in_the_compiled_host(tmp_path, limit):
     torch.manual_seed(0)
@@ -143,3 +139,31 @@ def test_torch_tensor_of_host_ints_and_floats_runs_in_the_compiled_host(tmp_path
                 _check(host(x.numpy(), n), want)
     (label,) = [label for label in python.decisions if label.startswith("if")]
     assert dict(python.decisions[label]) == {True: 7, False: 7}
+
+
+class TwoGaps(nn.Module):
+    """Two things the compiled host cannot express: a growing list of floats, and a raise on a
+    data-dependent path."""
+
+    def forward(self, x):
+        readings: List[float] = []
+        for i in range(x.size(1)):
+            readings.append(float(x[0, i]))
+        if bool(x.sum() > 100.0):
+            raise ValueError("input out of range")
+        return x * float(len(readings))
+
+
+def test_the_manifest_lists_every_construct_that_forces_the_python_host(tmp_path):
+    bundle = dycl_iree.export(TwoGaps(), (torch.randn(1, 3),))
+    assert bundle.host == "python"
+    reasons = bundle.manifest["compiled_host_unsupported"].split("; ")
+    assert len(reasons) >= 2, reasons
+    # Each construct is named with the model's line it comes from (the loop that grows the list).
+    assert any("float" in reason and "test_host_scalars.py:" in reason for reason in reasons), reasons
+    assert any("Raise" in reason and "test_host_scalars.py:" in reason for reason in reasons), reasons
+    run = dycl_iree.load(bundle.save(tmp_path / "gaps.dycl"), host="python")
+    x = torch.randn(1, 3)
+    np.testing.assert_allclose(run(x.numpy()), TwoGaps()(x).numpy(), rtol=1e-6)
+    with pytest.raises(dycl_iree.ModelRaised, match="out of range"):
+        run(np.full((1, 3), 50.0, np.float32))

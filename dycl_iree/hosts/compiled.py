@@ -41,6 +41,7 @@ from ..program import (
     TensorType,
     Type,
     Value,
+    dispatch,
 )
 
 INT64_MAX = 9223372036854775807
@@ -170,6 +171,10 @@ class CompiledHostUnsupported(Exception):
     """The Program uses something the compiled host cannot express; the reason says what and where."""
 
 
+class _DependsOnUnsupported(CompiledHostUnsupported):
+    """A node reads a value whose producer the compiled host could not express (reported there)."""
+
+
 def mlir_type(type_: Type) -> str:
     if isinstance(type_, TensorType):
         dims = ",".join("?" if d is None else str(d) for d in type_.shape)
@@ -201,6 +206,27 @@ class _Emitter(Emitter):
         self.types: dict[Value, str] = {}
         self.temporaries = itertools.count()
         self.depth = 1
+        # What the compiled host cannot express, each with where it is; the walk goes on past
+        # each one so that the manifest lists them all, not only the first.
+        self.unsupported: list[str] = []
+
+    def block(self, block: Block) -> None:
+        for node in block.nodes:
+            depth, names, types = self.depth, dict(self.names), dict(self.types)
+            try:
+                dispatch(self, node)
+            except _DependsOnUnsupported:
+                pass  # already reported where the value came from
+            except CompiledHostUnsupported as reason:
+                source = getattr(node, "source", "")
+                text = str(reason)
+                self.unsupported.append(text if not source or source in text else f"{text} ({source})")
+            else:
+                continue
+            # Restore the walk's state and leave the node's outputs undefined for what follows.
+            self.depth, self.names, self.types = depth, names, types
+            for value in node.outputs:
+                self.names.pop(value, None)
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -215,6 +241,8 @@ class _Emitter(Emitter):
     def operand(self, arg: Arg, want: str | None = None) -> tuple[str, str]:
         """The SSA name and MLIR type of `arg`, materializing constants, cast to `want` if given."""
         if isinstance(arg, Value):
+            if arg not in self.names:
+                raise _DependsOnUnsupported()
             name, type_text = self.names[arg], self.types[arg]
         elif isinstance(arg, Constant):
             name, type_text = self.constant(arg.value, want)
@@ -477,8 +505,15 @@ def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str],
         type_text = mlir_type(value.type)
         emitter.define(value, f"%arg{index}", type_text)
         params.append(f"%arg{index}: {type_text}")
-    result_types = [_result_type(arg) for arg in program.body.results]
+    result_types = []
+    for arg in program.body.results:
+        try:
+            result_types.append(_result_type(arg))
+        except CompiledHostUnsupported as reason:
+            emitter.unsupported.append(str(reason))
     emitter.block(program.body)
+    if emitter.unsupported:
+        raise CompiledHostUnsupported("; ".join(dict.fromkeys(emitter.unsupported)))
     results = emitter.region_results(program.body, result_types)
     body = emitter.lines
     header = f"func.func @main({', '.join(params)}) -> ({', '.join(result_types)}) {{"
