@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from host_runtime import load
+from host_runtime import __version__, available_devices, load
 from host_runtime.errors import BundleError, DyclError, InputError, ModelRaised
 
 from .errors import CaptureError, CompileError, SpecializeError, UnsupportedOpError
@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from .export import export
 
 __all__ = [
+    "__version__",
     "export",
     "load",
+    "available_devices",
     "Bundle",
     "DyclError",
     "BundleError",

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from host_runtime import __version__
 from host_runtime.bundle_format import FORMAT, MANIFEST, VERSION, sha256_file
+from host_runtime.errors import BundleError
 
 from .program import (
     Constant,
@@ -56,21 +58,46 @@ def describe_leaf(arg: Any) -> dict[str, Any]:
     return {"kind": kind, "constant": value}
 
 
-@dataclass
+class OutputExists(BundleError, FileExistsError):
+    """`Bundle.save` to a path that holds something other than a bundle (a DyclError and a FileExistsError)."""
+
+
+@dataclass(repr=False)
 class Bundle:
-    """An exported dynamic network: write it with `save`, run it with `dycl_iree.load`."""
+    """An exported dynamic network: write it with `save`, run it with `dycl_iree.load`.
+
+    >>> bundle                                                       # doctest: +SKIP
+    Bundle(model='EarlyExit', host='compiled', targets=['llvm-cpu'], 1 segment, files: host.py 1.2 kB, ...)
+    """
 
     manifest: dict[str, Any]
     files: dict[str, bytes]
-    program: Program = field(repr=False)
+    program: Program
 
-    def save(self, path: str | Path) -> Path:
-        """Write the bundle directory (replacing one that exists); returns its path."""
+    def __repr__(self) -> str:
+        segments = len(self.manifest["segments"])
+        sizes = ", ".join(f"{name} {_size_text(len(data))}" for name, data in sorted(self.files.items()))
+        return (
+            f"Bundle(model={self.manifest['model']!r}, host={self.host!r}, targets={list(self.manifest['targets'])}, "
+            f"{segments} segment{'' if segments == 1 else 's'}, files: {sizes})"
+        )
+
+    def save(self, path: str | Path, force: bool = False) -> Path:
+        """Write the bundle directory (replacing a bundle that exists there); returns its path.
+
+        A path that holds anything else (a file, a folder that is not a bundle) is refused with a
+        BundleError, unless `force=True`, which replaces it.
+        """
         root = Path(path)
-        if root.exists():
-            if not (root / MANIFEST).exists() and any(root.iterdir()):
-                raise FileExistsError(f"{root} exists and is not a bundle; refusing to overwrite it")
-            shutil.rmtree(root)
+        if root.exists() or root.is_symlink():
+            is_bundle = root.is_dir() and (root / MANIFEST).is_file()
+            if not is_bundle and not force and not (root.is_dir() and not any(root.iterdir())):
+                what = "a folder that is not a bundle" if root.is_dir() else "a file"
+                raise OutputExists(f"{root} exists and is {what}; refusing to overwrite it (force=True does)")
+            if root.is_dir() and not root.is_symlink():
+                shutil.rmtree(root)
+            else:
+                root.unlink()
         root.mkdir(parents=True)
         manifest = dict(self.manifest)
         manifest["files"] = {}
@@ -87,6 +114,12 @@ class Bundle:
 
     def size(self, target: str = "llvm-cpu") -> int:
         return len(self.files[self.manifest["targets"][target]["file"]])
+
+
+def _size_text(size: int) -> str:
+    if size < 1000:
+        return f"{size} B"
+    return f"{size / 1e3:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
 
 
 def make_manifest(
@@ -116,7 +149,7 @@ def make_manifest(
         "model": program.name,
         "module_name": module_name,
         "producer": {
-            "dycl_iree": "0.1.0",
+            "dycl_iree": __version__,
             "torch": torch.__version__,
             "iree-base-compiler": version("iree-base-compiler"),
         },

@@ -28,13 +28,20 @@ class CapturedModel:
 
 
 def capture(model: torch.nn.Module) -> CapturedModel:
-    """Script (unless already scripted) and freeze `model` in eval mode."""
+    """Script (unless already scripted) and freeze `model` in eval mode; the caller's model is left as it was."""
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    name = type(model).__name__
-    if model.training:
-        # Freezing requires eval mode, and inference is what gets deployed.
-        model = model.eval()
+    # Freezing requires eval mode, and inference is what gets deployed; but `model` is the caller's
+    # object (they may go on training it), so every submodule gets its own mode back afterwards.
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        return _capture_in_eval_mode(model.eval(), type(model).__name__)
+    finally:
+        for module, training in modes:  # parents first: `train` also sets the children, which follow
+            module.train(training)
+
+
+def _capture_in_eval_mode(model: torch.nn.Module, name: str) -> CapturedModel:
     if isinstance(model, torch.jit.ScriptModule):
         scripted = model
         name = getattr(model, "original_name", name)

@@ -1,8 +1,10 @@
 """Compile: one MLIR module to one vmfb per target with `iree.compiler`, cached by content.
 
-The cache key is the module's bytecode, the flags and the compiler version, so a re-export of an
-unchanged model (the test suite does this a lot) costs a hash instead of a compile. The cache lives
-in `$DYCL_IREE_CACHE` or `~/.cache/dycl_iree`.
+The cache key is the module's bytecode, the flags, the compiler version and, for code built for
+this machine's CPU (`--iree-llvmcpu-target-cpu=host`), which CPU that resolved to, so a cache shared
+between machines never hands out code for another CPU. A re-export of an unchanged model (the test
+suite does this a lot) costs a hash instead of a compile. Where the cache lives, its size bound and
+how to clear it: `dycl_iree/cache.py`.
 
 Example:
     >>> flags = target_flags("llvm-cpu")
@@ -16,12 +18,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
+import platform
 import re
-import tempfile
 from pathlib import Path
 
+from . import cache
 from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
@@ -137,10 +140,44 @@ def cuda_architecture_of(flags: list[str]) -> str | None:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("DYCL_IREE_CACHE", Path.home() / ".cache" / "dycl_iree"))
+    """The cache folder: `$DYCL_IREE_CACHE`, `$XDG_CACHE_HOME/dycl_iree` or `~/.cache/dycl_iree`."""
+    return cache.directory()
 
 
-def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1) -> bytes:
+HOST_CPU_FLAG = "--iree-llvmcpu-target-cpu=host"
+
+
+@functools.cache
+def host_cpu() -> str:
+    """What `--iree-llvmcpu-target-cpu=host` resolves to on this machine: LLVM picks the CPU model and its
+    features from cpuid, so the key holds the same facts (vendor, family, model, feature flags).
+
+    >>> host_cpu().startswith(platform.machine())
+    True
+    """
+    facts = {}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("vendor_id", "cpu family", "model", "model name", "flags", "Features", "CPU part"):
+                    facts.setdefault(key, value.strip())
+                if not line.strip() and facts:
+                    break  # the first processor's block is enough
+    except OSError:
+        facts["processor"] = platform.processor()
+    features = facts.pop("flags", None) or facts.pop("Features", "")
+    digest = hashlib.sha256(" ".join(sorted(features.split())).encode()).hexdigest()[:16]
+    return " ".join([platform.machine(), *(f"{k}={v}" for k, v in sorted(facts.items())), f"features={digest}"])
+
+
+def cache_key_flags(flags: list[str]) -> list[str]:
+    """The flags as the cache key sees them: `host` replaced by the CPU it means here."""
+    return [f"--iree-llvmcpu-target-cpu=host[{host_cpu()}]" if flag == HOST_CPU_FLAG else flag for flag in flags]
+
+
+def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1, use_cache: bool = True) -> bytes:
     """Compile torch-dialect MLIR bytecode for `target`; reuse a cached vmfb when there is one."""
     import iree.compiler as iree_compiler
 
@@ -148,20 +185,20 @@ def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1) -> bytes:
     version = getattr(iree_compiler, "__version__", "") or _compiler_version()
     key = hashlib.sha256()
     key.update(bytecode)
-    key.update("\0".join(flags).encode())
+    key.update("\0".join(cache_key_flags(flags)).encode())
     key.update(version.encode())
-    path = cache_dir() / f"{key.hexdigest()}.vmfb"
-    if path.exists():
-        return path.read_bytes()
+    name = f"{key.hexdigest()}.vmfb"
+    use_cache = use_cache and cache.enabled()
+    if use_cache:
+        cached = cache.read(name)
+        if cached is not None:
+            return cached
     try:
         vmfb = iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags)
     except Exception as error:  # iree.compiler raises CompilerToolError with the tool's stderr
         raise CompileError(f"iree-compile failed for target {target}:\n{_trim(str(error))}") from error
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename, so that a concurrent reader never sees half a file.
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
-        handle.write(vmfb)
-    os.replace(handle.name, path)
+    if use_cache:
+        cache.write(name, vmfb)
     return vmfb
 
 

@@ -3,7 +3,8 @@
     capture -> specialize -> partition -> lower -> hosts -> compile -> bundle
 
 Each stage is a module with one entry function; this module only calls them in order, times
-them, reports progress, and applies the one fallback policy of the exporter:
+them, reports progress (through `logging`, logger "dycl_iree"), reuses the export of an unchanged
+model (`export_cache`), and applies the one fallback policy of the exporter:
 
     The bundle uses the compiled host (`main` in the vmfb) whenever `main` can be synthesized and
     iree-compile accepts it. Otherwise it uses the generated Python host, and the manifest's
@@ -18,13 +19,19 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import cache as compile_cache
+from . import export_cache
 from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, make_manifest, program_text, weight_bytes
 from .capture import capture
 from .compile import compile_module, target_flags
+from .dynamic_dims import check_examples, declared_dims
 from .errors import CompileError
 from .hosts import (
     CompiledHostUnsupported,
@@ -37,6 +44,7 @@ from .hosts import (
 from .lower import LoweredModule, explain_compile_error, first_error_line, lower, module_bytecode
 from .partition import partition
 from .program import Program
+from .progress import LOGGER
 from .specialize import specialize
 
 
@@ -47,19 +55,28 @@ def export(
     dynamic_shapes: Any = None,
     progress: Callable[[str], None] | None = None,
     cpu_threads: int = 1,
+    cache: bool = True,
 ) -> Bundle:
     """Export a dynamic PyTorch model to a bundle that runs on IREE with its control flow intact.
 
     `example_inputs` are tensors and Python int/float/bool in `forward` order; `dynamic_shapes`
-    follows torch.export (per input, a dict from dim index to a name). `progress`, if given, is
-    called with a line of text at each stage. `cpu_threads` is how many threads the CPU code is
-    split for: 1 for the `local-sync` driver (the default), the worker count for `local-task`.
+    follows torch.export (per input, a dict from dim index to a name or a `torch.export.Dim`; the
+    runtime enforces a Dim's min/max and that dims of one name are equal). Progress is logged to the
+    "dycl_iree" logger (`logging.basicConfig(level=logging.INFO)` shows it); `progress`, if given,
+    is also called with each step's line. `cpu_threads` is how many threads the CPU code is split
+    for: 1 for the `local-sync` driver (the default), the worker count for `local-task`.
+    `cache=False` neither reads nor writes the cache (`dycl_iree/cache.py`): an unchanged model's
+    export is reused whole, and an unchanged module's iree-compile output.
 
     >>> bundle = export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))     # doctest: +SKIP
     >>> bundle.host
     'compiled'
     """
-    say = progress or (lambda message: None)
+    def say(message: str, detail: bool = False) -> None:
+        LOGGER.log(10 if detail else 20, message)
+        if progress is not None:
+            progress(("  " if detail else "") + message)
+
     timings: dict[str, float] = {}
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     targets = tuple(targets)
@@ -72,15 +89,28 @@ def export(
         timings[name] = time.perf_counter() - start
         return result
 
+    started = time.perf_counter()
     say("capturing (torch.jit.script + freeze)")
     captured = stage("capture", lambda: capture(model))
+    dims = declared_dims(captured.input_names, dynamic_shapes)
+    shapes = [tuple(value.shape) if hasattr(value, "shape") else None for value in example_inputs]
+    check_examples(captured.input_names, shapes, dims)
+    use_cache = cache and compile_cache.enabled() and _export_cache_on()
+    key = export_cache.export_key(captured, example_inputs, dims, targets, cpu_threads) if use_cache else None
+    if key is not None:
+        cached = export_cache.lookup(key)
+        if cached is not None:
+            cached.manifest["export_cache"] = "hit"
+            seconds = time.perf_counter() - started
+            say(f"unchanged model: reused the cached export ({seconds:.1f} s; --no-cache to rebuild)")
+            return cached
     say("specializing to the example inputs")
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
     program = stage("partition", lambda: partition(typed))
-    say(f"lowering {len(program.segments)} segments through torch-mlir")
+    say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
     lowered = stage(
         "lower",
-        lambda: lower(program, progress=lambda name: say(f"  lowering {name} of {len(program.segments)}")),
+        lambda: lower(program, progress=lambda name: say(f"lowering {name} of {len(program.segments)}", detail=True)),
     )
     module_name = "dycl_" + re.sub(r"\W", "_", program.name).lower()
     name_module(lowered, module_name)
@@ -92,7 +122,9 @@ def export(
         vmfbs = {}
         for target in targets:
             say(f"compiling for {target} (iree-compile)")
-            vmfbs[target] = stage(f"compile[{target}]", lambda: compile_module(bytecode, target, cpu_threads))
+            vmfbs[target] = stage(
+                f"compile[{target}]", lambda: compile_module(bytecode, target, cpu_threads, use_cache=cache)
+            )
         return vmfbs
 
     try:
@@ -109,15 +141,63 @@ def export(
             raise explain_compile_error(program, targets[0], segment_error) from segment_error
 
     host = "compiled" if unsupported is None else "python"
+    relative = _relative_sources(model)
     files = {f"{target}.vmfb": vmfb for target, vmfb in compiled.items()}
-    files[PYTHON_HOST] = python_source.encode()
-    files[PROGRAM_TEXT] = program_text(program).encode()
+    files[PYTHON_HOST] = relative(python_source).encode()
+    files[PROGRAM_TEXT] = relative(program_text(program)).encode()
     target_entries = {
         target: {"file": f"{target}.vmfb", "flags": target_flags(target, cpu_threads)} for target in compiled
     }
     manifest = make_manifest(program, module_name, host, unsupported, target_entries, weight_bytes(program))
+    manifest = json.loads(relative(json.dumps(manifest)))
+    for spec, declared in zip(manifest["inputs"], dims):
+        named = [dim for dim in declared if spec["kind"] == "tensor" and spec["shape"][dim["dim"]] is None]
+        if named:
+            spec["dims"] = named
     manifest["export_seconds"] = timings
-    return Bundle(manifest, files, program)
+    bundle = Bundle(manifest, files, program)
+    if key is not None:
+        export_cache.store(key, bundle)
+    say(f"exported {program.name} in {time.perf_counter() - started:.1f} s")
+    return bundle
+
+
+def _export_cache_on() -> bool:
+    """`DYCL_IREE_EXPORT_CACHE=0` turns off only the whole-export cache (tests that patch a stage set it)."""
+    import os
+
+    return os.environ.get("DYCL_IREE_EXPORT_CACHE", "1").lower() not in ("0", "false", "no")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _relative_sources(model: Any) -> Callable[[str], str]:
+    """A function that rewrites absolute source paths in generated text: torch's files relative to
+    site-packages (`torch/nn/modules/linear.py:134`), the model's relative to its root (the folder
+    above its top-level package, `models/programs.py:43`), others relative to the working folder or
+    by name alone. A bundle then holds no path of the machine that built it, and its bytes do not
+    depend on where the project was checked out."""
+    import torch
+
+    roots = [Path(torch.__file__).resolve().parent.parent]
+    file = getattr(sys.modules.get(type(model).__module__), "__file__", None)
+    if file:
+        root = Path(file).resolve().parent
+        while (root / "__init__.py").exists() and root.parent != root:
+            root = root.parent
+        roots.append(root)
+    roots.append(Path.cwd().resolve())
+    prefixes = sorted({str(root) + "/" for root in roots}, key=len, reverse=True)
+    absolute = re.compile(r"(?<![\w.])/(?:[^\s\"':]+/)+(?=[^\s\"'/:]+\.py\b)")
+
+    def relative(text: str) -> str:
+        for prefix in prefixes:
+            text = text.replace(prefix, "")
+        return absolute.sub("", text)  # any other absolute folder: the file name is enough
+
+    return relative
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> str | None:

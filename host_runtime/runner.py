@@ -8,13 +8,15 @@ Example:
 from __future__ import annotations
 
 import functools
+import platform
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .bundle_format import check_file, read_manifest
+from .bundle_format import check_file, read_manifest, select_cpu_target
 from .errors import BundleError, InputError, ModelRaised
 from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
 
@@ -135,6 +137,9 @@ class Runner:
         target = _DRIVER_TARGETS.get(driver)
         if target is None:
             raise BundleError(f"unknown device {device!r}; known drivers: {', '.join(_DRIVER_TARGETS)}")
+        if target == "llvm-cpu":  # a bundle may hold CPU code for several CPUs: take this machine's
+            target = select_cpu_target(self.path, self.manifest, platform.machine())
+        self.target = target
         entry = _target_entry(self.manifest["targets"], target)
         if entry is None:
             built = ", ".join(self.manifest["targets"]) or "none"
@@ -184,6 +189,25 @@ class Runner:
         ]
         self._leaves = self.manifest["outputs"]["leaves"]
         self._tree = self.manifest["outputs"]["tree"]
+        self._shared_dims = _shared_dims(self._inputs)
+
+    @property
+    def inputs(self) -> list[Port]:
+        """The model's inputs in `forward` order: name, kind, dtype and shape (a dynamic dim is its name or None).
+
+        >>> [(i.name, i.dtype, i.shape) for i in run.inputs]      # doctest: +SKIP
+        [('x', 'float32', ['batch', 8])]
+        """
+        return [_port(spec["name"], spec) for spec in self._inputs]
+
+    @property
+    def outputs(self) -> list[Port]:
+        """The model's outputs as flat leaves (`output0`, `output1`, ... in the order `flatten_outputs` gives)."""
+        return [_port(f"output{index}", spec) for index, spec in enumerate(self._leaves)]
+
+    def flatten_outputs(self, outputs: Any) -> list:
+        """The leaves of what a call returned, in `outputs` order (a run-time list of tensors as one stacked array)."""
+        return _flatten(self._tree, outputs)
 
     @property
     def decisions(self) -> dict[str, dict[bool, int]]:
@@ -193,7 +217,10 @@ class Runner:
     def trip_counts(self) -> dict[str, list[int]]:
         return self.services.trip_counts
 
-    def __call__(self, *inputs: Any) -> Any:
+    def __call__(self, *inputs: Any, **named: Any) -> Any:
+        """Run the model: inputs in `forward` order, or by name (`run(x=..., n=3)`), as the model takes them."""
+        if named:
+            inputs = self._bind(inputs, named)
         arguments = self.check_inputs(inputs)
         results = self._main(*arguments)
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
@@ -204,7 +231,23 @@ class Runner:
         if len(inputs) != len(self._checkers):
             names = ", ".join(spec["name"] for spec in self._inputs)
             raise InputError(f"{self.manifest['model']} takes {len(self._inputs)} inputs ({names}), got {len(inputs)}")
-        return [check(value) for check, value in zip(self._checkers, inputs)]
+        arguments = [check(value) for check, value in zip(self._checkers, inputs)]
+        if self._shared_dims:
+            _check_shared_dims(self._shared_dims, inputs)
+        return arguments
+
+    def _bind(self, positional: tuple, named: dict[str, Any]) -> tuple:
+        names = [spec["name"] for spec in self._inputs]
+        unknown = [name for name in named if name not in names]
+        if unknown:
+            raise InputError(f"{self.manifest['model']} has no input {unknown[0]!r}; its inputs are {', '.join(names)}")
+        twice = [name for name in names[: len(positional)] if name in named]
+        if twice:
+            raise InputError(f"input {twice[0]!r} given both by position and by name")
+        missing = [name for name in names[len(positional) :] if name not in named]
+        if missing:
+            raise InputError(f"{self.manifest['model']} needs input {missing[0]!r}; its inputs are {', '.join(names)}")
+        return (*positional, *(named[name] for name in names[len(positional) :]))
 
     @staticmethod
     def _convert_output(value: Any, spec: dict[str, Any], to_numpy: Callable[[Any], np.ndarray] = to_numpy) -> Any:
@@ -242,6 +285,12 @@ def _input_checker(
         shape = tuple(spec["shape"])
         static = None not in shape
         element_type = element_type_of(dtype) if upload_to is not None else None
+        # Declared ranges of dynamic dims (`Dim("batch", min=1, max=8)`), checked as torch.export checks them.
+        bounds = [
+            (dim["dim"], dim.get("min"), dim.get("max"), dim.get("name") or "dynamic")
+            for dim in _dims_of(spec, where)
+            if dim.get("min") is not None or dim.get("max") is not None
+        ]
 
         def check_tensor(value: Any) -> Any:
             array = value if type(value) is np.ndarray else _to_numpy(value)
@@ -255,6 +304,11 @@ def _input_checker(
                     raise InputError(f"{where} must have rank {len(shape)} ({expected})")
                 dim = next(d for d, (w, h) in enumerate(zip(shape, array.shape)) if w is not None and w != h)
                 raise InputError(f"{where} must have size {shape[dim]} in dim {dim} ({expected})")
+            for dim, low, high, name in bounds:
+                size = array.shape[dim]
+                if (low is not None and size < low) or (high is not None and size > high):
+                    allowed = f"[{low if low is not None else 0}, {high if high is not None else 'inf'}]"
+                    raise InputError(f"{where} has size {size} in dim {dim} ({name}), outside its range {allowed}")
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
             return array if upload_to is None else upload(upload_to, array, element_type)
@@ -292,6 +346,94 @@ def _input_checker(
 
         return check_float
     raise BundleError(f"input kind {kind!r} is not supported by this runtime")
+
+
+@dataclass(frozen=True)
+class Port:
+    """One input or output of a bundle, as ONNX Runtime's `get_inputs()` describes them."""
+
+    name: str
+    kind: str  # "tensor", "int", "float", "bool" or "list"
+    dtype: str | None  # a tensor's dtype (torch's name: "float32"), else None
+    shape: list | None  # a tensor's dims: an int, or a dynamic dim's name (None when it has none)
+
+
+def _port(name: str, spec: dict[str, Any]) -> Port:
+    if spec["kind"] != "tensor":
+        return Port(name, spec["kind"], None, None)
+    names = {dim["dim"]: dim.get("name") for dim in spec.get("dims", [])}
+    return Port(name, "tensor", spec["dtype"], [names.get(i) if d is None else d for i, d in enumerate(spec["shape"])])
+
+
+def _dims_of(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A tensor input's declared dynamic dims (`dims` in the manifest), checked for shape once."""
+    dims = spec.get("dims", [])
+    ok = isinstance(dims, list) and all(
+        isinstance(d, dict)
+        and type(d.get("dim")) is int
+        and 0 <= d["dim"] < len(spec["shape"])
+        and all(d.get(k) is None or type(d[k]) is int for k in ("min", "max"))
+        and (d.get("name") is None or isinstance(d["name"], str))
+        for d in dims
+    )
+    if not ok:
+        raise BundleError(f"corrupt manifest: {where} has malformed 'dims' {dims!r}")
+    return dims
+
+
+def _shared_dims(specs: list[dict[str, Any]]) -> list[tuple[str, list[tuple[int, int, str]]]]:
+    """Dim names that several dims share (they must be equal at run time), each with its
+    (input position, dim, input name) members."""
+    groups: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for position, spec in enumerate(specs):
+        if spec["kind"] == "tensor":
+            for dim in _dims_of(spec, f"input {position} ({spec['name']!r})"):
+                if dim.get("name"):
+                    groups[dim["name"]].append((position, dim["dim"], spec["name"]))
+    return [(name, members) for name, members in groups.items() if len(members) > 1]
+
+
+def _check_shared_dims(groups: list[tuple[str, list[tuple[int, int, str]]]], inputs: tuple) -> None:
+    for dim_name, members in groups:
+        (position, dim, name), *others = members
+        size = tuple(inputs[position].shape)[dim]
+        for other_position, other_dim, other_name in others:
+            other_size = tuple(inputs[other_position].shape)[other_dim]
+            if other_size != size:
+                raise InputError(
+                    f"input {position} ({name!r}) has size {size} in dim {dim} and input {other_position} "
+                    f"({other_name!r}) size {other_size} in dim {other_dim}, but both are dim {dim_name!r}: "
+                    "they must be equal"
+                )
+
+
+def _flatten(tree: Any, outputs: Any) -> list:
+    if isinstance(tree, int):
+        return [outputs]
+    if isinstance(tree, dict):
+        if "unstack" in tree:
+            return [np.stack(outputs) if len(outputs) else np.zeros((0,))]
+        return [leaf for t, o in zip(tree["list"], outputs) for leaf in _flatten(t, o)]
+    return [leaf for t, o in zip(tree, outputs) for leaf in _flatten(t, o)]
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can run bundles on, as `load(device=...)` takes them.
+
+    >>> available_devices()                                            # doctest: +SKIP
+    ['local-sync', 'local-task', 'vulkan']
+    """
+    import iree.runtime as ireert
+
+    found = []
+    for driver in _DRIVER_TARGETS:
+        try:
+            devices = ireert.get_driver(driver).query_available_devices()
+        except Exception:  # the driver's library is absent (no libcuda, no Vulkan loader)
+            continue
+        if devices:
+            found.append(driver)
+    return found
 
 
 def _target_entry(targets: dict[str, Any], target: str) -> dict[str, Any] | None:

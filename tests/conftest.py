@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,10 @@ import torch
 
 import dycl_iree
 from models import programs
+
+# Tests patch pipeline stages, which a whole export reused from the cache would skip (iree-compile's
+# output stays cached). The tests of that cache turn it back on.
+os.environ.setdefault("DYCL_IREE_EXPORT_CACHE", "0")
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -1,0 +1,137 @@
+"""The whole-export cache: an unchanged model re-exports in the time it takes to script and hash it.
+
+Lowering a large model (torch.export of every segment, the FX import) takes most of an export once
+iree-compile's output is cached (BlockDrop: 57 s of a warm export). The key is everything an export
+reads: the frozen TorchScript graph (its code, and every constant tensor's bytes: the weights), the
+example inputs' types (dtype and shape of a tensor, kind and value of a scalar), the declared dynamic
+dims, the targets and their flags (with the CPU that `host` means here), and the versions of torch,
+torch-mlir, iree-base-compiler and of this exporter's own source. An entry is a saved bundle plus the
+pickled Program; it lives in the compile cache's folder (`dycl_iree/cache.py`), under the same bound.
+
+Example:
+    >>> key = export_key(captured, example_inputs, dims, ("llvm-cpu",), 1)      # doctest: +SKIP
+    >>> bundle = lookup(key) or build_and_store(key)                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from functools import cache as memoize
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from . import cache
+from .bundle import Bundle
+from .capture import CapturedModel
+from .compile import cache_key_flags, target_flags
+from .progress import LOGGER
+
+_PROGRAM = "program.pt"
+_INDEX = "index.json"  # the bundle's manifest and the names of its files
+# TorchScript numbers the classes it compiles per process (`___torch_mangle_6`): not part of the model.
+_MANGLE = re.compile(r"___torch_mangle_\d+\.")
+
+
+def export_key(
+    captured: CapturedModel,
+    example_inputs: Sequence[Any],
+    dims: list[list[dict[str, Any]]],
+    targets: Sequence[str],
+    cpu_threads: int,
+) -> str:
+    """The cache key of one export (hex SHA-256)."""
+    key = hashlib.sha256()
+    key.update(_MANGLE.sub("", str(captured.graph)).encode())
+    for tensor in _constant_tensors(captured.graph):
+        key.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+        key.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    for name, tensor in sorted(captured.frozen.state_dict().items()):  # attributes freezing kept
+        key.update(name.encode())
+        key.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    key.update(json.dumps([_input_type(value) for value in example_inputs]).encode())
+    key.update(json.dumps(dims).encode())
+    for target in targets:
+        key.update("\0".join([target, *cache_key_flags(target_flags(target, cpu_threads))]).encode())
+    key.update(_versions().encode())
+    return key.hexdigest()
+
+
+def lookup(key: str) -> Bundle | None:
+    """The cached bundle of this key, or None."""
+    if not cache.enabled():
+        return None
+    folder = cache.entry_path(f"export-{key}")
+    try:
+        index = json.loads((folder / _INDEX).read_text())
+        manifest = index["manifest"]
+        files = {name: (folder / name).read_bytes() for name in index["files"]}
+        program = torch.load(io.BytesIO((folder / _PROGRAM).read_bytes()), weights_only=False)
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError, AttributeError, ImportError) as error:
+        if folder.exists():
+            LOGGER.debug(f"export cache entry {folder} unusable ({error}); exporting")
+        return None
+    cache.touch(folder.name)
+    return Bundle(manifest, files, program)
+
+
+def store(key: str, bundle: Bundle) -> None:
+    """Keep an exported bundle for the next export of the same model (best effort)."""
+    if not cache.enabled():
+        return
+    buffer = io.BytesIO()
+    try:
+        torch.save(bundle.program, buffer)
+    except Exception as error:  # a Program holding something pickle cannot write: just not cached
+        LOGGER.debug(f"not caching this export: its Program cannot be saved ({error})")
+        return
+    files = dict(bundle.files)
+    if _INDEX in files or _PROGRAM in files:
+        return
+    files[_INDEX] = json.dumps({"manifest": bundle.manifest, "files": sorted(bundle.files)}).encode()
+    files[_PROGRAM] = buffer.getvalue()
+    cache.write_folder(f"export-{key}", files)
+
+
+def _constant_tensors(graph: torch._C.Graph) -> list[torch.Tensor]:
+    tensors = []
+
+    def visit(block: Any) -> None:
+        for node in block.nodes():
+            if node.kind() == "prim::Constant" and node.hasAttribute("value") and node.kindOf("value") == "t":
+                tensors.append(node.t("value"))
+            for inner in node.blocks():
+                visit(inner)
+
+    visit(graph)
+    return tensors
+
+
+def _input_type(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ["tensor", str(value.dtype), list(value.shape)]
+    return [type(value).__name__, value if isinstance(value, (bool, int, float)) else repr(value)]
+
+
+@memoize
+def _versions() -> str:
+    """Versions of the toolchain, and a hash of this exporter's source (a change to it is a new exporter)."""
+    parts = []
+    for name in ("torch", "torch-mlir", "iree-base-compiler"):
+        try:
+            parts.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name}=?")
+    source = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted([*package.rglob("*.py"), package.parent / "host_runtime" / "bundle_format.py"]):
+        if path.is_file():
+            source.update(path.relative_to(package.parent).as_posix().encode())
+            source.update(path.read_bytes())
+    parts.append(f"source={source.hexdigest()}")
+    return " ".join(parts)
