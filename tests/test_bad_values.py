@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 import dycl_iree
 
@@ -29,3 +34,115 @@ def test_the_ends_of_the_int64_range_still_run(exported, host: str) -> None:
     run = dycl_iree.load(item.path, host=host)
     for n in (-(2**63), 2**63 - 2, np.int64(-(2**63))):
         assert_matches(run(x.numpy(), n, 0.5, True), item.reference(x, int(n), 0.5, True), f"{host} n={n}")
+
+
+def _same_with_nan(got, want, where: str) -> None:
+    """Outputs equal PyTorch's, NaN where PyTorch has NaN."""
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want), where
+    for index, (have, expected) in enumerate(zip(got, want)):
+        if isinstance(expected, tuple):
+            _same_with_nan(have, expected, f"{where} output {index}")
+        elif isinstance(expected, torch.Tensor):
+            expected = expected.numpy()
+            assert np.asarray(have).shape == expected.shape, f"{where} output {index}"
+            np.testing.assert_allclose(have, expected, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=where)
+        elif isinstance(expected, float) and math.isnan(expected):
+            assert isinstance(have, float) and math.isnan(have), f"{where} output {index}: {have!r}"
+        else:
+            assert type(have) is type(expected) and have == expected, f"{where} output {index}: {have!r}"
+
+
+class _FloatDecisions(nn.Module):
+    """Each decision returns which way it went, so a test sees the side taken, not only the values."""
+
+    def forward(self, x: torch.Tensor, s: float):
+        total = float(x.sum())
+        if total > 0.0:
+            a = x + 1.0
+            went_gt = True
+        else:
+            a = x - 1.0
+            went_gt = False
+        if total < 0.0:
+            b = a * 2.0
+            went_lt = True
+        else:
+            b = a * 3.0
+            went_lt = False
+        return b, went_gt, went_lt, s < 0.0, s > 1, total >= 2.0
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.fixture(scope="module")
+def float_decisions(tmp_path_factory: pytest.TempPathFactory):
+    model = _FloatDecisions()
+    bundle = dycl_iree.export(model, (torch.ones(1, 4), 0.5))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    return torch.jit.script(model), bundle.save(tmp_path_factory.mktemp("decisions") / "decisions.dycl")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_float_decisions_go_pytorchs_way_on_nan_and_inf(float_decisions, host: str) -> None:
+    """`float(t) > 0.0` and `< 0.0` with NaN are both False in PyTorch: neither branch side's condition holds."""
+    scripted, path = float_decisions
+    run = dycl_iree.load(path, host=host)
+    sides = set()
+    for fill, s in [(1.0, -1.0), (-1.0, 2.0), (NAN, NAN), (INF, INF), (-INF, -INF), (0.0, 0.0), (0.5, 1.0)]:
+        x = torch.full((1, 4), fill)
+        want = scripted(x, s)
+        got = run(x.numpy(), s)
+        _same_with_nan(got, want, f"{host} host, x={fill}, s={s}")
+        sides.add((want[1], want[2]))
+    assert sides == {(True, False), (False, True), (False, False)}  # NaN and 0.0 take neither `then` side
+
+
+class _NanOps(nn.Module):
+    """The ops whose lowering compared without NaN: each must propagate or pick NaN as PyTorch does."""
+
+    def forward(self, x: torch.Tensor):
+        values, indices = x.max(1)
+        low, low_indices = x.min(1)
+        return (
+            torch.clamp(x, -1.0, 1.0),
+            torch.clamp(x, min=-1.0),
+            torch.clamp(x, max=1.0),
+            torch.clamp(x, torch.full_like(x, -1.0), torch.full_like(x, 1.0)),
+            F.hardtanh(x),
+            F.relu6(x),
+            torch.maximum(x, torch.zeros_like(x)),
+            torch.minimum(x, torch.zeros_like(x)),
+            torch.argmax(x, 1),
+            torch.argmax(x),
+            torch.argmax(x, 1, keepdim=True),
+            torch.argmin(x, 1),
+            values,
+            indices,
+            low,
+            low_indices,
+        )
+
+
+def test_ops_rewritten_by_the_lowering_keep_pytorchs_nan_semantics(tmp_path) -> None:
+    model = _NanOps()
+    path = dycl_iree.export(model, (torch.randn(2, 4),)).save(tmp_path / "nan_ops.dycl")
+    run = dycl_iree.load(path)
+    inputs = [
+        torch.tensor([[1.0, NAN, -2.0, 0.5], [3.0, -1.0, NAN, 2.0]]),
+        torch.tensor([[NAN, NAN, 5.0, -5.0], [0.25, 4.0, 4.0, -3.0]]),  # ties: the first index, as PyTorch
+        torch.tensor([[INF, NAN, -INF, 0.0], [-INF, -INF, INF, INF]]),
+        torch.randn(2, 4, generator=torch.Generator().manual_seed(0)) * 3.0,
+    ]
+    for x in inputs:
+        _same_with_nan(run(x.numpy()), model(x), f"x={x.tolist()}")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_scalar_inputs_with_a_nan_scale(exported, host: str) -> None:
+    item = exported("scalar_inputs")
+    run = dycl_iree.load(item.path, host=host)
+    for x, n, scale, flag in [(torch.ones(2, 3), 1, NAN, True), (-torch.ones(2, 3), 2, NAN, False)]:
+        _same_with_nan(run(x.numpy(), n, scale, flag), item.reference(x, n, scale, flag), f"{host} host")
