@@ -21,7 +21,7 @@ def test_export_inspect_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
     assert main(["inspect", str(bundle)]) == 0
     text = capsys.readouterr().out
     assert "host: compiled" in text
-    assert "target llvm-cpu: llvm-cpu.vmfb" in text and "code split for 2 thread(s)" in text
+    assert "target llvm-cpu: llvm-cpu.vmfb" in text and "code split for 2 threads" in text
     assert "segment seg0(" in text and "loop trip_count=" in text
     assert "signature (x: float32[1,5], n: int) -> (float32[1,5], int)" in text
 
@@ -40,7 +40,7 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["export", "models/programs.py"]) == 2
     assert "FILE.py:FACTORY" in capsys.readouterr().err
     assert main(["export", str(ROOT / "models/programs.py") + ":nothing_here"]) == 2
-    assert "defines no 'nothing_here'" in capsys.readouterr().err
+    assert "defines no function 'nothing_here'" in capsys.readouterr().err
     assert main(["export", str(ROOT / "models/programs.py") + ":for_break", "--cpu-threads", "0"]) == 2
     assert "cpu_threads must be a positive int, not 0" in capsys.readouterr().err
 
