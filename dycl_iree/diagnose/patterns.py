@@ -21,6 +21,7 @@ from .source import (
     Frame,
     UserCode,
     called_name,
+    class_attribute_line,
     enclosing_def,
     is_literal,
     nodes_on_line,
@@ -74,19 +75,55 @@ def explain(
     if torch_frame is not None:
         return _explain_torch_internal(headline, torch_frame, user_frames, code)
     if not user_frames:
+        annotation = _string_annotation_problem(headline, code)
+        if annotation is not None:
+            return [annotation], None
         problem = Problem("TorchScript rejected the model", "", 0, "", message, GENERIC_ADVICE)
         return [problem], None
     frame = user_frames[0]
     found = code.function_at(frame.file, frame.line)
     function, owner = found if found is not None else (None, None)
     if function is not None and _calls_silenced(frame, silenced, code):
-        # This error only says that a function silenced in an earlier round is called here.
-        return [], function
+        # This error only says that a function silenced in an earlier round is called here (its
+        # stand-in returns a Tensor unless annotated); what the function surely holds is still told.
+        return _scan(function, owner, code), function
     problem = _classify(headline, message, frame, frames, code, owner)
     problems = [problem]
-    if function is not None:
+    if function is not None and not problem.title.startswith("training-only"):
         problems += [extra for extra in _scan(function, owner, code) if extra.line != problem.line]
     return problems, function
+
+
+def _string_annotation_problem(headline: str, code: UserCode) -> Problem | None:
+    """A class-level attribute annotation TorchScript cannot read because it is a string.
+
+    torch 2.13 takes a module class's `__annotations__` as stored; under `from __future__ import
+    annotations` they are strings, and it fails with "Unknown type annotation: 'List[Tensor]' at "
+    and no source line.
+    """
+    found = re.match(r"Unknown type annotation: '(.+)' at\s*$", headline)
+    if found is None:
+        return None
+    for module_class in code.instances:
+        for owner in module_class.__mro__:
+            for name, annotation in vars(owner).get("__annotations__", {}).items():
+                if annotation != found.group(1):
+                    continue
+                file, line = class_attribute_line(owner, name)
+                fix = (
+                    f"this file has `from __future__ import annotations`, which turns the annotation of "
+                    f"`{name}` into a string TorchScript cannot read: remove that import from the file, or move "
+                    f"`{owner.__name__}` to a file without it."
+                )
+                return Problem(
+                    f"the annotation of `{owner.__name__}.{name}` is a string",
+                    file,
+                    line,
+                    source_line(file, line),
+                    headline,
+                    fix,
+                )
+    return None
 
 
 def _calls_silenced(frame: Frame, silenced: list[Callable[..., Any]], code: UserCode) -> bool:
@@ -124,6 +161,17 @@ def _classify(
         return _module_dict_problem(frame, headline, nodes)
     if "Expected type hint for result of tolist()" in headline:
         return _tolist_problem(frame, headline, nodes)
+    if "getattr's second argument must be a string literal" in headline:
+        return _getattr_problem(frame, headline)
+    if "Class Variable does not have an __init__" in headline:
+        fix = "remove `Variable(...)` and use the tensor itself: since PyTorch 0.4 Variable returns its argument."
+        return _problem("autograd.Variable", frame, headline, fix)
+    if "can't take variable number of arguments" in headline:
+        fix = "give the function fixed parameters, each with its type (`x: Tensor, n: int`), instead of *args/**kwargs."
+        return _problem("*args or **kwargs", frame, headline, fix)
+    none_attribute = _none_attribute_problem(headline, frame, nodes)
+    if none_attribute is not None:
+        return none_attribute
     generator = next((node for node in nodes if isinstance(node, ast.GeneratorExp)), None)
     if generator is not None:
         return _generator_problem(frame, headline, nodes)
@@ -140,6 +188,38 @@ _SET_FIX = (
     "TorchScript has no sets: build a list instead (`[k for k in ...]`) and test membership with `in`, "
     "or count distinct values with a `Dict[int, bool]`."
 )
+
+
+def _getattr_problem(frame: Frame, headline: str) -> Problem:
+    fix = (
+        "TorchScript needs attribute names it can read in the source: register the layers in an "
+        "nn.ModuleList (`self.layers = nn.ModuleList([...])`) and iterate over it "
+        "(`for layer in self.layers: x = layer(x)`, with zip/enumerate when a second list or the index is needed)."
+    )
+    return _problem("getattr with a computed attribute name", frame, headline, fix)
+
+
+def _none_attribute_problem(headline: str, frame: Frame, nodes: list[ast.AST]) -> Problem | None:
+    found = re.search(r"Wrong type for attribute assignment\. Expected NoneType but got (.+)", headline)
+    if found is None:
+        return None
+    assigned = next(
+        (
+            self_attribute(target)
+            for node in nodes
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if self_attribute(target)
+        ),
+        "state",
+    )
+    fix = (
+        f"`self.{assigned}` is None in __init__, so TorchScript types it NoneType for good: annotate it in the "
+        f"class body (`{assigned}: Optional[{found.group(1)}]` above `__init__`; TorchScript ignores an annotation "
+        "inside __init__, and a string one under `from __future__ import annotations`), or better pass the state "
+        "into forward and return it, which keeps the model free of state between calls."
+    )
+    return _problem(f"the attribute `self.{assigned}` set to None in __init__ and assigned later", frame, headline, fix)
 
 
 def _try_problem(frame: Frame, headline: str) -> Problem:
@@ -253,8 +333,10 @@ def _container_attribute_problem(headline: str, frame: Frame, code: UserCode, ow
         return _problem(f"a list of modules `self.{name}`", frame, headline, fix)
     if isinstance(value, list) and not value:
         fix = (
-            f"TorchScript cannot tell what an empty list attribute holds; annotate it in __init__: "
-            f"`self.{name}: List[Tensor] = []` (or the element type it holds; `from typing import List`)."
+            f"TorchScript cannot tell what an empty list attribute holds; annotate it in the class body: "
+            f"`{name}: List[Tensor]` above `__init__` (or the element type it holds; `from typing import List`); "
+            "TorchScript ignores an annotation inside __init__, and a string one under "
+            "`from __future__ import annotations`."
         )
         return _problem(f"the empty list attribute `self.{name}` without a type annotation", frame, headline, fix)
     return None
@@ -318,7 +400,8 @@ def _explain_torch_internal(
 
 def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> list[Problem]:
     """The other patterns TorchScript always rejects in a function it failed on, which its first
-    error hides: every try block, set comprehension, untyped tolist() and variable module index.
+    error hides: every try block, set comprehension, untyped tolist(), computed getattr and variable
+    module index.
     TorchScript has not said these yet, so they carry no message of its own."""
     file = function.__code__.co_filename
     definition = enclosing_def(file, function.__code__.co_firstlineno)
@@ -328,10 +411,20 @@ def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> l
     problems = []
     for node in ast.walk(definition):
         frame = Frame(file, getattr(node, "lineno", 0))
+        if frame.line and under_training_branch(file, frame.line):
+            continue  # training-only code has one fix, told when TorchScript reaches it
         if isinstance(node, ast.Try):
             problems.append(_try_problem(frame, ""))
         elif isinstance(node, ast.SetComp):
             problems.append(_problem("a set comprehension", frame, "", _SET_FIX))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and not isinstance(node.args[1], ast.Constant)
+        ):
+            problems.append(_getattr_problem(frame, ""))
         elif isinstance(node, ast.Call) and called_name(node) == "tolist" and id(node) not in annotated:
             assignments = [parent for parent in ast.walk(definition) if getattr(parent, "value", None) is node]
             problems.append(_tolist_problem(frame, "", [node, *assignments]))

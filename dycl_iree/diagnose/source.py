@@ -147,6 +147,22 @@ class UserCode:
         return None
 
 
+def class_attribute_line(owner: type, name: str) -> tuple[str, int]:
+    """(file, line) of the annotation `name: ...` in the body of class `owner` (its `class` line if none)."""
+    try:
+        lines, first = inspect.getsourcelines(owner)
+        file = inspect.getsourcefile(owner) or ""
+    except (OSError, TypeError):
+        return "", 0
+    tree = file_tree(file)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.ClassDef) and node.name == owner.__name__ and node.lineno >= first:
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", None) == name:
+                    return file, statement.lineno
+    return file, first
+
+
 def is_torch_object(value: Any) -> bool:
     try:
         file = inspect.getsourcefile(value)
