@@ -139,6 +139,8 @@ _REASONS = [
     (r"source materialization from \('i1'\) to \('i64'\)", "iree-compile: i1 -> i64 source materialization"),
     (r"scf\.if.*should match", "iree-compile: scf.if result types differ"),
     (r"flow\.tensor\.update", "iree-compile: flow.tensor.update dynamic dims"),
+    (r"failed to legalize operation 'torch\.constant\.float'", "iree-compile: torch.constant.float not legalized"),
+    (r"SIGSEGV|SIGABRT|Segmentation|Aborted|core dumped|crash", "iree-compile crashed"),
     (r"list", "a list on a host path"),
 ]
 
@@ -147,7 +149,8 @@ def reason_of(fallback: str) -> str:
     for pattern, name in _REASONS:
         if re.search(pattern, fallback, re.IGNORECASE):
             return name
-    text = fallback.splitlines()[0]
+    text = fallback.splitlines()[0].replace("iree-compile rejected the compiled host: ", "iree-compile: ")
+    text = re.sub(r"(<unknown>|-|loc\([^)]*\)):\d+(:\d+)?: error: ", "", text)
     text = re.sub(r"\S+\.py:\d+", "<source>", text)
     text = re.sub(r"\d+", "N", text)
     return text[:110]

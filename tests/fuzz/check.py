@@ -140,13 +140,37 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
         expected, expected_error = _run_reference(scripted, values)
         for host, run in runners.items():
             failure = _run_and_compare(run, values, expected, expected_error, lambda v=values: _run_wide(widened, v))
-            if failure is not None:
+            if failure is not None and failure["kind"] == "mismatch" and near_threshold(program, values):
+                # A decision within float32 rounding of its threshold may go either way on another
+                # summation order: not a defect, but counted.
+                result.setdefault("near_threshold", []).append({"case": label, "host": host})
+            elif failure is not None:
                 result["failures"].append({"case": label, "host": host, **failure})
     if result["failures"]:
         result["status"] = "mismatch"
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def near_threshold(program: Program, values: tuple, tolerance: float = 1e-4) -> bool:
+    """Whether some decision on `values` compared a value within `tolerance` (relative) of its threshold."""
+    model = instantiate(program.render(probe=True), program.seed, "fuzzed_probe")
+    close = False
+
+    def probe(index: int, value: Any, op: str) -> bool:
+        nonlocal close
+        threshold = program.conditions[index].threshold
+        close |= abs(float(value) - threshold) <= tolerance * (1.0 + abs(threshold))
+        return bool(value > threshold if op == ">" else value < threshold)
+
+    model._probe = probe
+    try:
+        with torch.no_grad():
+            model(*values)
+    except Exception:
+        return False
+    return close
 
 
 def _run_reference(scripted: Any, values: tuple) -> tuple[Any, str | None]:
