@@ -312,7 +312,8 @@ def select_cpu_target(root: Path, manifest: dict[str, Any], machine: str) -> str
     """
     cpu = cpu_name(machine)
     targets = manifest["targets"]
-    cpu_targets = [name for name in targets if name == "llvm-cpu" or name.startswith("llvm-cpu:")]
+    cpu_targets = ["llvm-cpu"] if "llvm-cpu" in targets else []
+    cpu_targets += [name for name in targets if name.startswith("llvm-cpu:")]
     for name in cpu_targets:
         if target_cpu(name, targets[name]) == cpu:
             return name

@@ -1,0 +1,132 @@
+// Calls the generated typed functions directly; prints results like examples/edge_app, or
+// "error CODE MESSAGE" for a failed status. One case per run:
+//   typed_api greedy H.npy START CAPACITY   greedy_decoder_run into a buffer of CAPACITY tokens
+//   typed_api batch X.npy                   dynamic_batch_run with x_dim0 = the rows of X
+//   typed_api batch-negative X.npy          the same with x_dim0 = -1
+//   typed_api scalars X.npy N SCALE FLAG    scalar_inputs_run
+//   typed_api mismatch VMFB                 greedy_decoder_create_from_file on another bundle's vmfb
+//   typed_api wrong-model                   greedy_decoder_run on a dynamic_batch model
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynamic_batch.h"
+#include "greedy_decoder.h"
+#include "npy.h"
+#include "scalar_inputs.h"
+
+static void print_floats(const char* name, const float* data, iree_host_size_t rank, const int64_t* shape) {
+  iree_host_size_t count = 1;
+  printf("%s float32 [", name);
+  for (iree_host_size_t d = 0; d < rank; ++d) {
+    printf("%s%" PRId64, d ? ", " : "", shape[d]);
+    count *= (iree_host_size_t)shape[d];
+  }
+  printf("]");
+  for (iree_host_size_t i = 0; i < count; ++i) printf(" %.9g", data[i]);
+  printf("\n");
+}
+
+static iree_status_t greedy(const char* path, int64_t start, iree_host_size_t capacity) {
+  npy_array_t h;
+  IREE_RETURN_IF_ERROR(npy_read(path, &h));
+  dycl_model_t* model = NULL;
+  iree_status_t status = greedy_decoder_create(NULL, &model);
+  int64_t* tokens = calloc(capacity + 1, sizeof(int64_t));
+  int64_t length = -1;
+  if (iree_status_is_ok(status)) status = greedy_decoder_run(model, h.data, start, tokens, capacity, &length);
+  // The length is reported also when the tokens did not fit.
+  printf("length %" PRId64 "\n", length);
+  if (iree_status_is_ok(status)) {
+    printf("output0 int64 [%" PRId64 "]", length);
+    for (int64_t i = 0; i < length; ++i) printf(" %" PRId64, tokens[i]);
+    printf("\n");
+  }
+  free(tokens);
+  dycl_model_release(model);
+  npy_array_free(&h);
+  return status;
+}
+
+static iree_status_t batch(const char* path, bool negative) {
+  npy_array_t x;
+  IREE_RETURN_IF_ERROR(npy_read(path, &x));
+  dycl_model_t* model = NULL;
+  iree_status_t status = dynamic_batch_create(NULL, &model);
+  int64_t rows = negative ? -1 : x.shape[0];
+  float* sums = calloc((size_t)x.shape[0] + 1, sizeof(float));
+  int64_t length = -1;
+  if (iree_status_is_ok(status)) {
+    status = dynamic_batch_run(model, x.data, rows, sums, (iree_host_size_t)x.shape[0], &length);
+  }
+  if (iree_status_is_ok(status)) print_floats("output0", sums, 1, &length);
+  free(sums);
+  dycl_model_release(model);
+  npy_array_free(&x);
+  return status;
+}
+
+static iree_status_t scalars(const char* path, int64_t n, float scale, bool flag) {
+  npy_array_t x;
+  IREE_RETURN_IF_ERROR(npy_read(path, &x));
+  dycl_model_t* model = NULL;
+  iree_status_t status = scalar_inputs_create(NULL, &model);
+  float y[SCALAR_INPUTS_OUTPUT0_ELEMENTS];
+  int64_t count = 0;
+  float value = 0.0f;
+  bool truth = false;
+  if (iree_status_is_ok(status)) status = scalar_inputs_run(model, x.data, n, scale, flag, y, &count, &value, &truth);
+  if (iree_status_is_ok(status)) {
+    print_floats("output0", y, 2, (const int64_t[]){2, 3});
+    printf("output1 int %" PRId64 "\noutput2 float %.9g\noutput3 bool %d\n", count, value, truth ? 1 : 0);
+  }
+  dycl_model_release(model);
+  npy_array_free(&x);
+  return status;
+}
+
+static iree_status_t mismatch(const char* vmfb) {
+  dycl_model_t* model = NULL;
+  iree_status_t status = greedy_decoder_create_from_file(NULL, vmfb, &model);
+  dycl_model_release(model);
+  return status;
+}
+
+static iree_status_t wrong_model(void) {
+  dycl_model_t* model = NULL;
+  IREE_RETURN_IF_ERROR(dynamic_batch_create(NULL, &model));
+  float h[8] = {0};
+  int64_t tokens[8], length = 0;
+  iree_status_t status = greedy_decoder_run(model, h, 1, tokens, 8, &length);
+  dycl_model_release(model);
+  return status;
+}
+
+int main(int argc, char** argv) {
+  iree_status_t status = iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "usage: see typed_api.c");
+  const char* name = argc > 1 ? argv[1] : "";
+  if (strcmp(name, "greedy") == 0 && argc == 5) {
+    iree_status_ignore(status);
+    status = greedy(argv[2], strtoll(argv[3], NULL, 10), (iree_host_size_t)strtoull(argv[4], NULL, 10));
+  } else if ((strcmp(name, "batch") == 0 || strcmp(name, "batch-negative") == 0) && argc == 3) {
+    iree_status_ignore(status);
+    status = batch(argv[2], strcmp(name, "batch-negative") == 0);
+  } else if (strcmp(name, "scalars") == 0 && argc == 6) {
+    iree_status_ignore(status);
+    status = scalars(argv[2], strtoll(argv[3], NULL, 10), strtof(argv[4], NULL), strcmp(argv[5], "1") == 0);
+  } else if (strcmp(name, "mismatch") == 0 && argc == 3) {
+    iree_status_ignore(status);
+    status = mismatch(argv[2]);
+  } else if (strcmp(name, "wrong-model") == 0) {
+    iree_status_ignore(status);
+    status = wrong_model();
+  }
+  if (iree_status_is_ok(status)) return 0;
+  printf("error %s ", iree_status_code_string(iree_status_code(status)));
+  fflush(stdout);
+  iree_status_fprint(stdout, status);
+  iree_status_free(status);
+  return 0;
+}
