@@ -95,7 +95,9 @@ def diagnose(model: torch.nn.Module, first_error: BaseException | None = None) -
                 except Exception as raised:  # TorchScript raises several types (RuntimeError, FrontendError, ...)
                     error = raised
             found, culprit = explain(error, code, silenced)
-            problems.extend(problem for problem in found if problem not in problems)
+            # One problem per line and pattern: the code-reading scan may have told one that TorchScript reaches later.
+            told = {(problem.file, problem.line, problem.title) for problem in problems}
+            problems.extend(problem for problem in found if (problem.file, problem.line, problem.title) not in told)
             if culprit is None or culprit in silenced:
                 break  # nothing left to silence: the problems found so far are all that can be told
             saved_modifiers.setdefault(culprit, getattr(culprit, "_torchscript_modifier", None))
