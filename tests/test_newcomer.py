@@ -7,6 +7,7 @@ import argparse
 import logging
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -403,3 +404,40 @@ def test_export_logs_its_progress(caplog) -> None:
     assert "compiling for llvm-cpu (iree-compile)" in messages
     assert "lowering 1 segment through torch-mlir" in messages
     assert any(message.startswith("exported Straight in ") for message in messages)
+
+
+# -- 1, 12: the demo -------------------------------------------------------------------------------
+
+
+def test_demo_times_in_turns_and_prints_only_ratios_the_data_carries() -> None:
+    from dycl_iree.demo import Timing, speedup_text, time_interleaved
+
+    order = []
+    timings = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=4)
+    assert [len(t.rounds) for t in timings.values()] == [4, 4]
+    assert order.index("b") < len(order) - order[::-1].index("a") - 1  # b ran before a's last turn: interleaved
+    steady = speedup_text(Timing([10.0, 10.5, 11.0]), Timing([2.0, 2.1, 2.2]))
+    assert steady == f"{10.5 / 2.1:.1f}x ({10.0 / 2.2:.1f}-{11.0 / 2.0:.1f})"
+    # One slow round on either side (another process took the core): no ratio at all.
+    assert speedup_text(Timing([10.0, 10.5, 90.0]), Timing([2.0, 2.1, 2.2])) is None
+    assert speedup_text(Timing([10.0, 10.5, 11.0]), Timing([0.5, 2.1, 2.2])) is None
+
+
+def test_demo_matches_pytorch_and_leaves_no_temporary_folder(monkeypatch, tmp_path: Path, capsys) -> None:
+    from dycl_iree import demo
+    from models import programs
+
+    class Tiny:
+        def build(self):
+            return programs.early_exit()
+
+        def samples(self):
+            return programs.SAMPLES["early_exit"]()
+
+    monkeypatch.setattr(demo, "_zoo", lambda: {"tiny": Tiny()})
+    monkeypatch.setattr(demo, "DEMO_MODELS", ("tiny",))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert demo.main(rounds=3) == 0
+    out = capsys.readouterr().out
+    assert "every sample matches PyTorch" in out and "1 thread each" in out
+    assert "3 segments" in out and not list(tmp_path.glob("dycl-demo-*"))
