@@ -20,11 +20,14 @@ Example:
 from __future__ import annotations
 
 import json
+import platform
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from host_runtime.bundle_format import vmfb_file_name
 
 from . import cache as compile_cache
 from . import export_cache
@@ -142,12 +145,14 @@ def export(
 
     host = "compiled" if unsupported is None else "python"
     relative = _relative_sources(model)
-    files = {f"{target}.vmfb": vmfb for target, vmfb in compiled.items()}
+    files = {vmfb_file_name(target): vmfb for target, vmfb in compiled.items()}
     files[PYTHON_HOST] = relative(python_source).encode()
     files[PROGRAM_TEXT] = relative(program_text(program)).encode()
     target_entries = {
-        target: {"file": f"{target}.vmfb", "flags": target_flags(target, cpu_threads)} for target in compiled
+        target: {"file": vmfb_file_name(target), "flags": target_flags(target, cpu_threads)} for target in compiled
     }
+    if "llvm-cpu" in target_entries:  # this machine's CPU: a runtime picks the vmfb for the CPU it runs on
+        target_entries["llvm-cpu"]["cpu"] = platform.machine()
     manifest = make_manifest(program, module_name, host, unsupported, target_entries, weight_bytes(program))
     manifest = json.loads(relative(json.dumps(manifest)))
     for spec, declared in zip(manifest["inputs"], dims):
