@@ -96,6 +96,20 @@ class BlockDropResNet(nn.Module):
         return x
 
 
+class DownsampleB(nn.Module):
+    """BlockDrop's published shortcut for a block that halves the resolution and multiplies the
+    channels: average-pool, then pad the channels with zeros by repeating a zeroed copy of the list."""
+
+    def __init__(self, nIn: int, nOut: int, stride: int) -> None:
+        super(DownsampleB, self).__init__()  # noqa: UP008 (the published code's spelling)
+        self.avg = nn.AvgPool2d(stride)
+        self.expand_ratio = nOut // nIn
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.avg(x)
+        return torch.cat([x] + [x.mul(0)] * (self.expand_ratio - 1), 1)
+
+
 def build_blockdrop(
     depth: int = 110, width: int = 8, seed: int = 0, policy_biases: tuple[float, ...] | None = None
 ) -> BlockDropResNet:
@@ -142,6 +156,7 @@ POLICY_BIASES: tuple[float, ...] = (
 SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {
     "blockdrop_resnet110": [(37, 2.0, 0.0), (32, 0.5, 0.0), (74, 2.0, 0.0), (55, 2.0, 0.0)]
 }
+SAMPLE_SPECS["blockdrop_downsample_resnet110"] = SAMPLE_SPECS["blockdrop_resnet110"]
 
 
 def blockdrop_resnet110() -> tuple[nn.Module, tuple]:
@@ -150,7 +165,24 @@ def blockdrop_resnet110() -> tuple[nn.Module, tuple]:
     return model, image_inputs(SAMPLE_SPECS["blockdrop_resnet110"][0])
 
 
-MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"blockdrop_resnet110": blockdrop_resnet110}
+def blockdrop_downsample_resnet110() -> tuple[nn.Module, tuple]:
+    """`blockdrop_resnet110` with the published code's parameter-free shortcut (`DownsampleB`, a list
+    repeated and concatenated) where a block changes shape. The policy network is the same, so the
+    same samples keep and drop the same blocks."""
+    model = build_blockdrop(110, policy_biases=POLICY_BIASES)
+    for block in model.blocks:
+        if not isinstance(block.shortcut, nn.Identity):
+            projection = block.shortcut[0]
+            block.shortcut = DownsampleB(projection.in_channels, projection.out_channels, projection.stride[0])
+    # The BatchNorm statistics stay as fitted with the projection: refitting would redraw the
+    # policy's affine parameters too, and with them its calibrated decisions.
+    return model, image_inputs(SAMPLE_SPECS["blockdrop_downsample_resnet110"][0])
+
+
+MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
+    "blockdrop_resnet110": blockdrop_resnet110,
+    "blockdrop_downsample_resnet110": blockdrop_downsample_resnet110,
+}
 
 
 SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

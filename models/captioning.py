@@ -102,6 +102,8 @@ class ShowAttendTell(nn.Module):
                 layer.weight.mul_(image_gain)
             self.output_words.bias[END_TOKEN] += end_bias
         self.max_length = max_length
+        # As the published captioners do, special tokens are looked up in the word map.
+        self.word_map: dict[str, int] = {"<pad>": 0, "<start>": START_TOKEN, "<end>": END_TOKEN}
         self.start_token = START_TOKEN
         self.end_token = END_TOKEN
 
@@ -118,7 +120,7 @@ class ShowAttendTell(nn.Module):
         mean_annotation = annotations.mean(dim=1)
         hidden = torch.tanh(self.init_hidden(mean_annotation))
         cell = torch.tanh(self.init_cell(mean_annotation))
-        word = torch.full((1,), self.start_token, dtype=torch.long)
+        word = torch.full((1,), self.word_map["<start>"], dtype=torch.long)
         tokens: list[int] = []
         for _ in range(self.max_length):
             embedded = self.embedding(word)  # (1, E)
@@ -126,9 +128,9 @@ class ShowAttendTell(nn.Module):
             hidden, cell = self.cell(torch.cat((embedded, context), dim=1), (hidden, cell))
             logits = self.output_words(embedded + self.output_hidden(hidden) + self.output_context(context))
             word = torch.argmax(logits, dim=1)
-            token = int(word)
+            token = int(word.item())
             tokens.append(token)
-            if token == self.end_token:
+            if token == self.word_map["<end>"]:
                 break
         return torch.tensor(tokens, dtype=torch.long)
 

@@ -31,6 +31,7 @@ exit; the 3 shipped SAMPLES take exits 0, 1 and 2, every confidence at least 1e-
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import List
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,32 @@ class RaNet(nn.Module):
             self.threshold = threshold
 
 
+class RaNetPredictions(RaNet):
+    """The same network, written as RANet's own code returns it: the list of predictions made so far
+    (`res`), which stops growing at the first confident classifier (its length is the exit taken + 1)."""
+
+    def forward(self, image: Tensor) -> List[Tensor]:  # noqa: UP006 (the published code's annotation)
+        res: List[Tensor] = []  # noqa: UP006
+        coarse1 = self.coarse_layer1(self.coarse_stem(F.avg_pool2d(image, 4)))
+        coarse2 = self.coarse_layer2(coarse1)
+        res.append(self.coarse_classifier(coarse2))
+        if torch.softmax(res[-1], dim=1).max() > self.threshold:
+            return res
+
+        middle0 = self.middle_stem(F.avg_pool2d(image, 2))
+        middle1 = self.middle_layer1(torch.cat((middle0, upsample(coarse1)), dim=1))
+        middle2 = self.middle_layer2(torch.cat((middle1, upsample(coarse2)), dim=1))
+        res.append(self.middle_classifier(self.middle_reduce(middle2)))
+        if torch.softmax(res[-1], dim=1).max() > self.threshold:
+            return res
+
+        fine0 = self.fine_stem(image)
+        fine1 = self.fine_layer1(torch.cat((fine0, upsample(middle1)), dim=1))
+        fine2 = self.fine_layer2(torch.cat((fine1, upsample(middle2)), dim=1))
+        res.append(self.fine_classifier(self.fine_reduce(fine2)))
+        return res
+
+
 def build_ranet(
     threshold: float = 0.5, logit_scales: tuple[float, float, float] = (1.0, 1.0, 1.0), seed: int = 0
 ) -> RaNet:
@@ -141,6 +168,7 @@ LOGIT_SCALES = (11.0, 32.0, 1.0)
 
 # (seed, scale, shift) per random_image, one per exit in exit order; printed by models/calibrate.py.
 SAMPLE_SPECS: dict[str, list[tuple[int, float, float]]] = {"ranet": [(37, 2.0, 0.0), (24, 2.0, 0.0), (35, 0.5, 0.0)]}
+SAMPLE_SPECS["ranet_predictions"] = SAMPLE_SPECS["ranet"]
 
 
 def ranet() -> tuple[nn.Module, tuple]:
@@ -148,7 +176,16 @@ def ranet() -> tuple[nn.Module, tuple]:
     return build_ranet(THRESHOLD, LOGIT_SCALES), image_inputs(SAMPLE_SPECS["ranet"][0])
 
 
-MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"ranet": ranet}
+def ranet_predictions() -> tuple[nn.Module, tuple]:
+    """`ranet`'s weights in `RaNetPredictions`: the output is the list of predictions, as RANet returns."""
+    reference = build_ranet(THRESHOLD, LOGIT_SCALES)
+    with seeded(0):
+        model = RaNetPredictions(THRESHOLD, LOGIT_SCALES)
+    model.load_state_dict(reference.state_dict())
+    return model.eval(), image_inputs(SAMPLE_SPECS["ranet_predictions"][0])
+
+
+MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {"ranet": ranet, "ranet_predictions": ranet_predictions}
 
 
 SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

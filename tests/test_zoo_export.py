@@ -17,6 +17,7 @@ from models import ZOO
 
 SUBSET = [
     "ranet",
+    "ranet_predictions",  # RANet's own form: a list of predictions whose length is the exit taken
     "sdn_resnet56",
     "skipnet_rnn_resnet38",
     "blockdrop_resnet110",

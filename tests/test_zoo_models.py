@@ -36,8 +36,14 @@ EXIT_COUNTS = {
     "sdn_mobilenet": 7,
     "sdn_wide_resnet32_4": 7,
     "ranet": 3,
+    "ranet_predictions": 3,
 }
-GATE_COUNTS = {"skipnet_ff_resnet38": 18, "skipnet_rnn_resnet38": 18, "blockdrop_resnet110": 54}
+GATE_COUNTS = {
+    "skipnet_ff_resnet38": 18,
+    "skipnet_rnn_resnet38": 18,
+    "blockdrop_resnet110": 54,
+    "blockdrop_downsample_resnet110": 54,
+}
 DECODERS = {"show_attend_tell", "transformer_translator"}
 NAMES = sorted(ZOO)
 
@@ -88,7 +94,7 @@ def run_scripted(scripted: torch.jit.ScriptModule, sample: tuple) -> object:
 def assert_same(eager: object, scripted: object, where: str) -> None:
     """Same structure; tensors of equal dtype and shape, floats within float32 noise, the rest exact."""
     assert type(eager) is type(scripted), f"{where}: {type(eager).__name__} vs {type(scripted).__name__}"
-    if isinstance(eager, tuple):
+    if isinstance(eager, (tuple, list)):
         assert len(eager) == len(scripted), where
         for index, (left, right) in enumerate(zip(eager, scripted)):
             assert_same(left, right, f"{where}[{index}]")
@@ -127,7 +133,8 @@ def test_example_inputs_match_first_sample(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXIT_COUNTS))
 def test_samples_take_every_exit(name: str) -> None:
     zoo_model = built(name)
-    exits = [exit_index for _, exit_index in zoo_model.outputs]
+    # `(logits, exit_index)`, or the list of predictions made so far (RANet's own form).
+    exits = [len(output) - 1 if isinstance(output, list) else output[1] for output in zoo_model.outputs]
     assert getattr(zoo_model.model, "num_heads", 2) + 1 == EXIT_COUNTS[name]
     assert sorted(set(exits)) == list(range(EXIT_COUNTS[name])), f"exits taken: {exits}"
 
