@@ -359,6 +359,34 @@ def test_a_problem_behind_a_call_to_a_broken_submodule_is_still_found() -> None:
     assert "mask, gprob = self.control(x)" not in message
 
 
+class HelperBehindTry(nn.Module):
+    def forward(self, x):
+        try:  # behind-try
+            x = x + 1
+        except RuntimeError:
+            pass
+        return self._scores(x)
+
+    def _scores(self, x):
+        keys = {k for k in range(2)}  # behind-helper
+        return x * len(keys) * _helper_scale(x)
+
+
+def _helper_scale(x):
+    return len(x.tolist())  # behind-free-function
+
+
+def test_problems_in_functions_a_rejected_function_calls_are_found() -> None:
+    # TorchScript rejects forward as a whole (a try block), so it never reaches the method and the
+    # free function forward calls; they are compiled on their own.
+    message = _export_error(HelperBehindTry())
+    assert "(3 problems)" in message
+    assert _points_at(message, "try:  # behind-try")
+    assert _points_at(message, "keys = {k for k in range(2)}  # behind-helper")
+    assert _points_at(message, "return len(x.tolist())  # behind-free-function")
+    assert getattr(HelperBehindTry._scores, "_torchscript_modifier", None) is None  # restored
+
+
 def test_diagnosis_leaves_the_model_and_torchscript_as_they_were() -> None:
     model = TwoProblems()
     before = {name: getattr(function, "_torchscript_modifier", None) for name, function in _functions()}

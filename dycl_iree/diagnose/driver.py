@@ -80,41 +80,89 @@ def diagnose(model: torch.nn.Module, first_error: BaseException | None = None) -
     """
     code = UserCode(model)
     problems: list[Problem] = []
-    silenced: list[Callable[..., Any]] = []
-    store = torch.jit._recursive.concrete_type_store
     forget_half_compiled_types()
-    saved_store = ({key: list(value) for key, value in store.type_store.items()}, set(store.methods_compiled))
-    saved_modifiers: dict[Callable[..., Any], Any] = {}
-    try:
+    with _Attempts(model) as attempts:
         error = first_error
         for _ in range(_MAX_ROUNDS):
+            error = error or attempts.next_error()
             if error is None:
-                try:
-                    script_quietly(model)
-                    break
-                except Exception as raised:  # TorchScript raises several types (RuntimeError, FrontendError, ...)
-                    error = raised
-            found, culprit = explain(error, code, silenced)
+                break
+            found, culprit = explain(error, code, attempts.silenced)
             # One problem per line and pattern: the code-reading scan may have told one that TorchScript reaches later.
             told = {(problem.file, problem.line, problem.title) for problem in problems}
             problems.extend(problem for problem in found if (problem.file, problem.line, problem.title) not in told)
-            if culprit is None or culprit in silenced:
+            if culprit is None or culprit in attempts.silenced:
                 break  # nothing left to silence: the problems found so far are all that can be told
-            saved_modifiers.setdefault(culprit, getattr(culprit, "_torchscript_modifier", None))
-            culprit._torchscript_modifier = torch._jit_internal.FunctionModifiers.UNUSED  # type: ignore[attr-defined]
-            silenced.append(culprit)
-            # Types compiled with a silenced function must not be reused by a later, real script.
-            store.type_store.clear()
-            store.type_store.update({key: list(value) for key, value in saved_store[0].items()})
+            attempts.silence(culprit)
+            # What the silenced function calls is compiled no more through it; compile it on its own.
+            methods, functions = code.callees(culprit)
+            attempts.reach(methods, functions)
             error = None
-    finally:
-        for function, modifier in saved_modifiers.items():
+    return sorted(problems, key=lambda problem: (problem.file, problem.line))
+
+
+class _Attempts:
+    """Scripting the model again and again, with some of the user's functions silenced.
+
+    A silenced function is marked `@torch.jit.unused` (TorchScript compiles a stub that raises).
+    The methods it called are marked `@torch.jit.export` so that TorchScript still compiles them,
+    and the free functions it called are scripted on their own. On exit every function gets its
+    modifier back, and TorchScript's type store is as it was, so that no type compiled with a
+    silenced function is reused by a later, real script.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.silenced: list[Callable[..., Any]] = []
+        self.functions: list[Callable[..., Any]] = []
+        self.saved_modifiers: dict[Callable[..., Any], Any] = {}
+        self.store = torch.jit._recursive.concrete_type_store
+        self.saved_types = {key: list(value) for key, value in self.store.type_store.items()}
+        self.saved_compiled = set(self.store.methods_compiled)
+
+    def __enter__(self) -> _Attempts:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for function, modifier in self.saved_modifiers.items():
             if modifier is None:
                 del function._torchscript_modifier  # type: ignore[attr-defined]
             else:
                 function._torchscript_modifier = modifier  # type: ignore[attr-defined]
-        store.type_store.clear()
-        store.type_store.update(saved_store[0])
-        store.methods_compiled.clear()
-        store.methods_compiled.update(saved_store[1])
-    return sorted(problems, key=lambda problem: (problem.file, problem.line))
+        self._restore_types()
+        self.store.methods_compiled.clear()
+        self.store.methods_compiled.update(self.saved_compiled)
+
+    def next_error(self) -> BaseException | None:
+        """The error of the next attempt: the model first, then each free function reached; None if all script."""
+        self._restore_types()
+        try:
+            script_quietly(self.model)
+            for function in self.functions:
+                if function not in self.silenced:
+                    script_quietly(function)
+        except Exception as error:  # TorchScript raises several types (RuntimeError, FrontendError, ...)
+            return error
+        return None
+
+    def silence(self, function: Callable[..., Any]) -> None:
+        self._set_modifier(function, torch._jit_internal.FunctionModifiers.UNUSED)
+        self.silenced.append(function)
+
+    def reach(self, methods: list[Callable[..., Any]], functions: list[Callable[..., Any]]) -> None:
+        for method in methods:
+            if getattr(method, "_torchscript_modifier", None) is None:  # not already ignored, unused or exported
+                self._set_modifier(method, torch._jit_internal.FunctionModifiers.EXPORT)
+        self.functions.extend(
+            function
+            for function in functions
+            if function not in self.functions and getattr(function, "_torchscript_modifier", None) is None
+        )
+
+    def _set_modifier(self, function: Callable[..., Any], modifier: Any) -> None:
+        self.saved_modifiers.setdefault(function, getattr(function, "_torchscript_modifier", None))
+        function._torchscript_modifier = modifier  # type: ignore[attr-defined]
+
+    def _restore_types(self) -> None:
+        self.store.type_store.clear()
+        self.store.type_store.update({key: list(value) for key, value in self.saved_types.items()})

@@ -127,6 +127,28 @@ class UserCode:
                 return function, owner
         return None
 
+    def callees(self, function: Callable[..., Any]) -> tuple[list[Callable[..., Any]], list[Callable[..., Any]]]:
+        """The user's methods (`self.name(...)`) and free functions (`name(...)`) that `function` calls,
+        outside training-only branches."""
+        owner = next((owner for known, owner in self.functions if known is function), None)
+        file = function.__code__.co_filename
+        definition = enclosing_def(file, function.__code__.co_firstlineno)
+        methods: list[Callable[..., Any]] = []
+        functions: list[Callable[..., Any]] = []
+        for call in ast.walk(definition) if definition is not None else ():
+            if not isinstance(call, ast.Call) or under_training_branch(file, call.lineno):
+                continue
+            name = self_attribute(call.func)
+            if name is not None and owner is not None:
+                value = inspect.getattr_static(owner, name, None)
+                if inspect.isfunction(value) and not is_torch_object(value) and value not in methods:
+                    methods.append(value)
+            elif isinstance(call.func, ast.Name):
+                value = function.__globals__.get(call.func.id)
+                if inspect.isfunction(value) and not is_torch_object(value) and value not in functions:
+                    functions.append(value)
+        return methods, functions
+
     def calls_to(self, name: str) -> Iterator[tuple[str, ast.Call]]:
         """(file, call) for every call `name(...)` or `something.name(...)` in the user's functions."""
         for function, owner in self.functions:
