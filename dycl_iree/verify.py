@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .progress import LOGGER
+
 # Float outputs match when max|actual - expected| <= RTOL * max|expected| + ATOL, per output.
 # Scaled by the output's magnitude, not element by element: an element near zero has no
 # meaningful relative error. Deep networks can still differ by a little more, because PyTorch's
@@ -192,7 +194,7 @@ def verify(
     """
     import host_runtime
 
-    model = model.eval()
+    model = copy.deepcopy(model).eval()  # the caller's model keeps its mode
     in_float64: list[torch.nn.Module] = []  # built on the first float output that needs it
 
     def exact(sample: tuple) -> Any:
@@ -213,7 +215,8 @@ def verify(
             traced = torch.jit.trace(_TensorOutputs(model), trace_example, check_trace=False, strict=False)
         report.trace_mismatches = 0
     with torch.no_grad():
-        for sample in samples:
+        for index, sample in enumerate(samples):
+            LOGGER.debug(f"checking sample {index + 1} of {len(samples)} ({host} host)")
             expected = scripted(*sample)
             actual = runner(*sample)
             if runner is not recorder:
@@ -298,6 +301,7 @@ def main(args: argparse.Namespace) -> int:
 
     from .loading import load_factory, load_samples
 
+    LOGGER.info(f"loading {args.factory}")
     model, example_inputs, dynamic_shapes, name = load_factory(args.factory)
     samples = load_samples(args.factory) or [example_inputs]
     samples += random_inputs(example_inputs, args.random)
@@ -306,8 +310,12 @@ def main(args: argparse.Namespace) -> int:
     else:
         start = time.perf_counter()
         bundle = dycl_iree.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
-        bundle_path = bundle.save(Path(tempfile.mkdtemp(prefix="dycl-verify-")) / f"{name}.dycl")
-        print(f"exported {name} in {time.perf_counter() - start:.1f} s: {len(bundle.program.segments)} segments")
+        # Removed when this function returns (TemporaryDirectory's finalizer), an error included.
+        temporary = tempfile.TemporaryDirectory(prefix="dycl-verify-")
+        bundle_path = bundle.save(Path(temporary.name) / f"{name}.dycl")
+        segments = len(bundle.manifest["segments"])
+        plural = "" if segments == 1 else "s"
+        print(f"exported {name} in {time.perf_counter() - start:.1f} s: {segments} segment{plural}")
     hosts = ["compiled", "python"] if args.host == "both" else [args.host]
     manifest_host = dycl_iree.load(bundle_path, host="python").manifest["host"]
     if manifest_host != "compiled" and "compiled" in hosts:

@@ -441,3 +441,15 @@ def test_demo_matches_pytorch_and_leaves_no_temporary_folder(monkeypatch, tmp_pa
     out = capsys.readouterr().out
     assert "every sample matches PyTorch" in out and "1 thread each" in out
     assert "3 segments" in out and not list(tmp_path.glob("dycl-demo-*"))
+
+
+def test_verify_leaves_the_model_as_it_was_and_no_temporary_folder(paired, monkeypatch, tmp_path: Path) -> None:
+    from dycl_iree.verify import verify
+
+    model, _, path = paired
+    report = verify(model, [(torch.randn(2, 8), torch.randn(2, 8) + 3.0)], path, host="compiled")
+    assert report.samples == 1 and report.mismatched_samples == 0
+    assert model.training and model.dropout.training and not model.layer.training
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["verify", str(ROOT / "models/programs.py") + ":early_exit", "--host", "compiled"]) == 0
+    assert not list(tmp_path.glob("dycl-verify-*"))
