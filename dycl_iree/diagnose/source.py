@@ -125,7 +125,20 @@ class UserCode:
             same_file = os.path.abspath(code.co_filename) == os.path.abspath(file)
             if same_file and first <= code.co_firstlineno <= node.lineno:
                 return function, owner
+        if self._add_module_of(file):  # a function of a file none of the model's classes live in
+            return self.function_at(file, line)
         return None
+
+    def _add_module_of(self, file: str) -> bool:
+        """Add the functions of the imported module whose source is `file`; whether any were new."""
+        count = len(self.functions)
+        seen = {id(function) for function, _ in self.functions}
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if path and os.path.abspath(path) == os.path.abspath(file):
+                for value in vars(module).values():
+                    self._add(value, None, seen)
+        return len(self.functions) > count
 
     def callees(self, function: Callable[..., Any]) -> tuple[list[Callable[..., Any]], list[Callable[..., Any]]]:
         """The user's methods (`self.name(...)`) and free functions (`name(...)`) that `function` calls,
