@@ -89,7 +89,7 @@ def explain(
         return _scan(function, owner, code), function
     problem = _classify(headline, message, frame, frames, code, owner)
     problems = [problem]
-    if function is not None and not problem.title.startswith("training-only"):
+    if function is not None and "training-only" not in problem.title:
         problems += [extra for extra in _scan(function, owner, code) if extra.line != problem.line]
     return problems, function
 
@@ -237,7 +237,11 @@ def _module_list_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> P
         (name for node in nodes if isinstance(node, ast.Subscript) and (name := self_attribute(node.value))),
         "blocks",
     )
-    item = attribute[:-1] if attribute.endswith("s") and len(attribute) > 1 else "module"
+    item = "module"
+    if attribute.endswith(("ches", "shes", "sses", "xes")):
+        item = attribute[:-2]  # branches -> branch
+    elif attribute.endswith("s") and len(attribute) > 2:
+        item = attribute[:-1]  # blocks -> block
     fix = (
         f"iterate over the modules instead of indexing them with a variable: `for {item} in self.{attribute}: "
         f"x = {item}(x)`; use `for i, {item} in enumerate(self.{attribute})` when the index is needed, and "
