@@ -453,3 +453,21 @@ def test_verify_leaves_the_model_as_it_was_and_no_temporary_folder(paired, monke
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["verify", str(ROOT / "models/programs.py") + ":early_exit", "--host", "compiled"]) == 0
     assert not list(tmp_path.glob("dycl-verify-*"))
+
+
+def test_progress_off_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch) -> None:
+    import io
+
+    from dycl_iree import progress
+
+    monkeypatch.setattr(progress, "_HEARTBEAT_SECONDS", 0.3)
+    stream = io.StringIO()  # not a terminal
+    with progress.show_progress(stream):
+        progress.LOGGER.info("compiling for llvm-cpu (iree-compile)")
+        progress.LOGGER.debug("lowering seg1 of 3")
+        time.sleep(0.8)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[") and lines[0].endswith(" s] compiling for llvm-cpu (iree-compile)")
+    assert any("still compiling for llvm-cpu (iree-compile) (" in line and "s so far)" in line for line in lines[1:])
+    assert not any("lowering seg1" in line or "\x1b" in line or ".py:" in line for line in lines)
+    assert progress.LOGGER.propagate and not progress.LOGGER.handlers  # left as it was
