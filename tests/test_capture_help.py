@@ -287,6 +287,26 @@ def test_error_inside_torch_points_at_the_users_call() -> None:
     assert "remove the `flatten_parameters()` call" in message
 
 
+class ResettingGate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(4, 4)
+
+    def forward(self, x):
+        self.rnn.reset_parameters()  # gate-reset
+        out, _ = self.rnn(x.view(1, x.size(0), -1))
+        return out
+
+
+def test_error_inside_torch_with_a_call_chain_points_at_the_users_call() -> None:
+    # Here TorchScript's own message has the chain (rnn.py, then the caller); the user's frame is chosen.
+    message = _export_error(ResettingGate())
+    first_line = message.splitlines()[1]
+    assert f"{HERE}:{_line_of('self.rnn.reset_parameters()  # gate-reset')}:" in first_line
+    assert "`reset_parameters` (nn/modules/rnn.py:" in first_line
+    assert "call it outside forward" in message
+
+
 class Residual(nn.Module):
     def __init__(self) -> None:
         super().__init__()
