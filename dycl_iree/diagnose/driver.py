@@ -3,12 +3,11 @@
 `torch.jit.script` stops at the first error, names the pattern in its own terms, and for an error
 inside torch's own code points at torch's file. `diagnose` scripts the model again and again: after
 each error it finds the user's function that holds it and marks that function `@torch.jit.unused`
-for the next try (restored afterwards), so that the next error surfaces, until the model scripts.
+for the next try, and what that function calls `@torch.jit.export` (free functions are scripted on
+their own), so that the next error surfaces, until everything scripts; every mark is restored.
 Each error becomes a `Problem` whose location is the user's line (the first frame of TorchScript's
 call chain outside torch, or the user's call into the torch function that failed) and whose fix
-names the pattern: try blocks, ModuleLists indexed by a variable, ModuleDicts indexed by a variable,
-training-only code, untyped `tolist()`, untyped empty lists, set comprehensions, generators, calls
-that make TorchScript compile torch code it cannot (`flatten_parameters()`).
+names the pattern (`patterns` lists them).
 
 TorchScript caches a module class's type before compiling its methods; after a failed compile that
 half-built type makes the next `torch.jit.script` of the class fail with "Can't redefine method:
@@ -17,9 +16,10 @@ forward". `forget_half_compiled_types` drops those types so the next attempt rep
 Example:
     >>> problems = diagnose(model)                                  # doctest: +SKIP
     >>> print(problems[0])                                          # doctest: +SKIP
-    model.py:11: a ModuleList indexed by a variable
+    model.py:11: the ModuleList/Sequential `self.blocks` indexed by a variable
         x = self.blocks[i](x)
-      fix: iterate over the modules: `for block in self.blocks: x = block(x)` ...
+      TorchScript: Expected integer literal for index but got a variable or non-integer. ...
+      fix: iterate over the modules instead of indexing them with a variable: `for block in self.blocks: ...`
 """
 
 from __future__ import annotations
