@@ -420,17 +420,19 @@ static iree_status_t dycl_check_input(const dycl_signature_t* signature, iree_ho
   }
   if (spec->kind != DYCL_KIND_TENSOR) return iree_ok_status();
   const dycl_tensor_t* tensor = &value->tensor;
+  // The shapes are formatted only for a message: this runs on every call.
   char want[128], have[128];
-  dycl_format_spec_shape(spec, want, sizeof(want));
   if (tensor->rank != spec->rank) {
+    dycl_format_spec_shape(spec, want, sizeof(want));
     dycl_format_shape(tensor->rank < DYCL_MAX_RANK ? tensor->rank : DYCL_MAX_RANK, tensor->shape, have, sizeof(have));
     return iree_make_status(IREE_STATUS_INVALID_ARGUMENT,
                             "%s: input %" PRIhsz " ('%s') must have rank %" PRIhsz " (shape %s, got shape %s)",
                             signature->model, index, spec->name, spec->rank, want, have);
   }
-  dycl_format_shape(tensor->rank, tensor->shape, have, sizeof(have));
   for (iree_host_size_t dim = 0; dim < spec->rank; ++dim) {
     if (spec->shape[dim] != DYCL_DYNAMIC_DIM && spec->shape[dim] != tensor->shape[dim]) {
+      dycl_format_spec_shape(spec, want, sizeof(want));
+      dycl_format_shape(tensor->rank, tensor->shape, have, sizeof(have));
       return iree_make_status(IREE_STATUS_INVALID_ARGUMENT,
                               "%s: input %" PRIhsz " ('%s') must have size %" PRId64 " in dim %" PRIhsz
                               " (shape %s, got shape %s)",
