@@ -90,7 +90,7 @@ def pointwise_convolution_as_matmul(
     out = aten.mm(nhwc.reshape(batch * height * width, channels), matrix)
     if bias is not None:
         out = out + bias
-    return aten.permute(out.reshape(batch, height, width, out_channels), [0, 3, 1, 2])
+    return _nchw(out.reshape(batch, height, width, out_channels))
 
 
 def depthwise_convolution_as_taps(
@@ -132,7 +132,7 @@ def depthwise_convolution_as_taps(
             out = term if out is None else out + term
     if bias is not None:
         out = out + bias
-    return aten.permute(out, [0, 3, 1, 2])
+    return _nchw(out)
 
 
 def upsample_bilinear_as_matmul(
@@ -226,6 +226,18 @@ def _tiling_windows(
     return kernel[0], kernel[1]
 
 
+def _nchw(nhwc: torch.Tensor) -> torch.Tensor:
+    """An NHWC result back in NCHW order AND contiguous, as the op it replaces returns it.
+
+    A bare permute would leave NHWC strides, and the model's own ops after the rewrite see them:
+    `out.view(out.size(0), -1)` after a pooling or a 1x1 convolution then fails in torch.export
+    ("Cannot view a tensor with shape [1, 8, 4, 4] and strides (128, 1, 32, 8)"), and `flatten`,
+    `reshape` or `stride()` would take other paths than in PyTorch. A rewrite must not change what
+    the graph around it sees. IREE's tensors have no strides: the copy is a transpose it fuses with
+    its neighbours, as it did with the bare permute."""
+    return aten.permute(nhwc, [0, 3, 1, 2]).contiguous()
+
+
 def _windows_nhwc(input: torch.Tensor, kernel_h: int, kernel_w: int) -> torch.Tensor:
     batch, channels, height, width = input.shape
     nhwc = aten.permute(input, [0, 2, 3, 1])
@@ -254,8 +266,7 @@ def avg_pool_as_reduction(
     kernel = _tiling_windows(input, kernel_size, stride, padding)
     if kernel is None or divisor_override is not None:
         return NotImplemented
-    out = aten.mean.dim(_windows_nhwc(input, *kernel), [2, 4])
-    return aten.permute(out, [0, 3, 1, 2])
+    return _nchw(aten.mean.dim(_windows_nhwc(input, *kernel), [2, 4]))
 
 
 def max_pool_as_reduction(
@@ -273,7 +284,7 @@ def max_pool_as_reduction(
         return NotImplemented
     kernel_h, kernel_w = kernel
     windows = _windows_nhwc(input, kernel_h, kernel_w)
-    values = aten.permute(aten.amax(windows, [2, 4]), [0, 3, 1, 2])
+    values = _nchw(aten.amax(windows, [2, 4]))
     # The flat input index of each maximum, as max_pool2d_with_indices returns it (unused by
     # inference graphs, whose consumers drop it; kept exact for any that read it).
     batch, channels, height, width = input.shape

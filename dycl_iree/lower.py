@@ -72,6 +72,7 @@ def lower(
         if progress is not None:
             progress(segment.name)
         graph_module, examples, dynamic = _segment_graph(segment, constants)
+        exported = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -82,7 +83,7 @@ def lower(
         except UnsupportedOpError:
             raise
         except Exception as error:
-            raise _explain(segment, error) from error
+            raise _explain(segment, error, exported) from error
     module = importer.module
     return LoweredModule(module, context, _signatures(module))
 
@@ -155,13 +156,14 @@ def _segment_graph(
         stored = constant(("hwcf", id(weight)), weight.permute(2, 3, 1, 0).contiguous())
         return graph.call_function(torch.ops.aten.permute.default, (stored, [3, 2, 0, 1]))
 
-    for op in segment.nodes:
+    for position, op in enumerate(segment.nodes):
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
         if overload in _CONV2D and (weight := _constant_filter(op.args[1])) is not None:
             args[1] = filter_hwcf(weight)
         node = graph.call_function(overload, tuple(args), {k: convert(a) for k, a in op.kwargs})
-        node.meta["dycl_source"] = op.source
+        # torch.export renames nodes but keeps "custom" metadata: how `_explain` finds the op.
+        node.meta["custom"] = {"dycl_op": position}
         if op.returns == "single":
             env[op.outputs[0]] = node
         else:
@@ -224,15 +226,45 @@ def module_bytecode(module: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _explain(segment: Segment, error: Exception) -> UnsupportedOpError:
-    """Name the op (and its source line) that the error is about, as well as we can tell."""
+def _explain(segment: Segment, error: Exception, exported: Any = None) -> UnsupportedOpError:
+    """Name the op (and its source line) that the error is about, as well as we can tell.
+
+    torch.export and its decompositions say which graph node they were executing when an op
+    failed, and every node carries the position of its `TensorOp` (`_segment_graph`): that op is
+    the one to blame, even when the error text also names the ops feeding it (a `view` that fails
+    on what a pooling returned is the view's line, not torch's pooling.py)."""
     text = str(error)
+    failed = _failed_node_op(segment, error, text, exported)
+    if failed is not None:
+        return UnsupportedOpError(failed.target, failed.source, segment.name, first_error_line(text))
     for op in segment.nodes:
         name = op.target.split("::")[1].split(".")[0]
         if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
             return UnsupportedOpError(op.target, op.source, segment.name, first_error_line(text))
     first = segment.nodes[0]
     return UnsupportedOpError(first.target, first.source, segment.name, first_error_line(text))
+
+
+def _failed_node_op(segment: Segment, error: BaseException, text: str, exported: Any) -> Any:
+    """The TensorOp whose node torch was executing when `error` was raised, or None: the innermost
+    `torch.fx.Interpreter.run_node` frame of the traceback, else the node that "While executing
+    %name" names in the exported graph."""
+
+    def op_of(node: Any) -> Any:
+        position = node.meta.get("custom", {}).get("dycl_op") if isinstance(node, fx.Node) else None
+        return segment.nodes[position] if isinstance(position, int) and position < len(segment.nodes) else None
+
+    found = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_name == "run_node":
+            found = op_of(traceback.tb_frame.f_locals.get("n")) or found
+        traceback = traceback.tb_next
+    match = re.search(r"While executing %(\w+)", text)
+    if found is None and match and exported is not None:
+        named = [node for node in exported.graph.nodes if node.name == match.group(1)]
+        found = op_of(named[0]) if named else None
+    return found
 
 
 def first_error_line(text: str) -> str:
