@@ -29,7 +29,7 @@ zoo: setup
 	$(PY) benchmarks/zoo_table.py
 
 bench: setup
-	$(PY) -m dycl_iree bench --out bench-out
+	$(PY) -m dycl_iree bench --out bench-out $(if $(DEVICE),--device $(DEVICE))
 
 # The differential fuzzer: N random dynamic programs from seed SEED, both hosts against PyTorch.
 N ?= 100

@@ -201,10 +201,18 @@ def test_dycl_candidates_are_wired(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(package, "load", _stand_in_load, raising=False)
     report = bench.benchmark([bench.ModelEntry("gate", make_gate, SAMPLES)], tmp_path, rounds=1, candidates=["dycl"])
     results = _by_name(report)
-    assert list(results) == ["eager", *bench.CANDIDATE_GROUPS["dycl"]]
-    for name in bench.CANDIDATE_GROUPS["dycl"]:
+    on_cpu = [name for name in bench.CANDIDATE_GROUPS["dycl"] if "cpu" in bench.CANDIDATES[name]().devices]
+    assert list(results) == ["eager", *on_cpu]
+    for name in on_cpu:
         assert results[name].status == "ok", results[name].error
         assert results[name].size_bytes and results[name].size_bytes > 0
+
+
+def test_device_picks_the_candidates_that_run_there() -> None:
+    names = {device: [f().name for f in bench.resolve_candidates(None, device)] for device in ("cpu", "cuda", "vulkan")}
+    assert names["cuda"] == ["eager", "dycl-compiled-cuda", "dycl-python-cuda"]
+    assert names["vulkan"] == ["eager", "dycl-compiled-vulkan", "dycl-python-vulkan"]
+    assert "torchscript" in names["cpu"] and not any("cuda" in n or "vulkan" in n for n in names["cpu"])
 
 
 def test_failing_exporter_is_reported_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

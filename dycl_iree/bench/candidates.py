@@ -32,18 +32,22 @@ CANDIDATE_GROUPS: dict[str, list[str]] = {
 """Names `--candidates` accepts besides single candidate names: `all`, `peers`, `dycl`."""
 
 
-def resolve_candidates(selection: Iterable[str | PeerFactory] | None) -> list[PeerFactory]:
+def resolve_candidates(selection: Iterable[str | PeerFactory] | None, device: str = "cpu") -> list[PeerFactory]:
     """Turn names, group names and Peer classes into peer factories, eager first, each once.
 
-    None means every built-in peer.
+    None means every built-in peer that runs on `device`; a group keeps only those too (a named
+    candidate is kept, and reported failed where it cannot run).
+
+    >>> [factory().name for factory in resolve_candidates(["dycl"], device="cuda")]
+    ['eager', 'dycl-compiled-cuda', 'dycl-python-cuda']
     """
     chosen: list[PeerFactory] = [CANDIDATES["eager"]]
     names = {"eager"}
-    for item in selection if selection is not None else CANDIDATE_GROUPS["all"]:
+    for item in selection if selection is not None else ["all"]:
         if not isinstance(item, str):
             found = [item]
         elif item in CANDIDATE_GROUPS:
-            found = [CANDIDATES[name] for name in CANDIDATE_GROUPS[item]]
+            found = [CANDIDATES[name] for name in CANDIDATE_GROUPS[item] if device in CANDIDATES[name]().devices]
         elif item in CANDIDATES:
             found = [CANDIDATES[item]]
         else:

@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="threads per candidate (default 2)")
     parser.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "vulkan"),
+        default="cpu",
+        help="where the candidates run: cpu (default); cuda (PyTorch eager on the GPU and dycl_iree on IREE's "
+        "cuda driver); vulkan (dycl_iree on IREE's vulkan driver, eager on the CPU; a software Vulkan device "
+        "such as lavapipe is checked for correctness, not timed)",
+    )
+    parser.add_argument(
         "--micro", action="store_true", help="measure the host cost of one decision (alone, unless --models is given)"
     )
     parser.add_argument("--micro-calls", type=int, default=2000, help="calls per round in --micro (default 2000)")
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     models = _split_commas(arguments.models)
     out = Path(arguments.out)
     try:
-        candidates = resolve_candidates(_split_commas(arguments.candidates))
+        candidates = resolve_candidates(_split_commas(arguments.candidates), arguments.device)
         entries = select_entries(models) if models or not arguments.micro else []
     except (DyclError, ImportError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -90,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             threads=arguments.threads,
             repeat=arguments.repeat,
             progress=console_progress(),
+            device=arguments.device,
         )
         print(render_markdown(report))
         print(f"written: {', '.join(report.files.values())}")

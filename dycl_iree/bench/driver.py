@@ -31,7 +31,7 @@ import torch
 from ..verify import ATOL, RTOL
 from .candidates import PeerFactory, resolve_candidates
 from .errors import PeerError, first_line
-from .machine import environment, load_average
+from .machine import environment, load_average, software_vulkan_device
 from .models import Inputs, ModelEntry, resolve_samples
 from .outputs import Float64Reference, compare_outputs
 from .peers.base import ModelContext, Peer, torch_call
@@ -64,7 +64,10 @@ def benchmark(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    chosen = resolve_candidates(candidates)
+    chosen = resolve_candidates(candidates, device)
+    emulated = software_vulkan_device() if device == "vulkan" else None
+    if emulated:  # outputs are still checked on every sample; only the timing is left out
+        rounds = 0
     progress = progress or LogProgress()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -91,6 +94,11 @@ def benchmark(
             "repeat": repeat,
             "threads": threads,
             "device": device,
+            **(
+                {"untimed": f"the Vulkan device is {emulated}, a CPU emulation: outputs checked, not timed"}
+                if emulated
+                else {}
+            ),
             "candidates": {peer.name: peer.description for peer in peers},
             "float_rtol": RTOL,
             "float_atol": ATOL,

@@ -56,6 +56,19 @@ def environment(threads: int) -> dict[str, str]:
     return found
 
 
+def software_vulkan_device() -> str | None:
+    """The name of IREE's Vulkan device when it is a CPU emulation (Mesa's lavapipe, SwiftShader),
+    whose speed says nothing about a GPU; None when it is a real GPU or there is none."""
+    try:
+        import iree.runtime
+
+        devices = iree.runtime.get_driver("vulkan").query_available_devices()
+    except Exception:  # no Vulkan loader or driver: the vulkan candidates fail on their own
+        return None
+    names = [str(device.get("name", "")) for device in devices]
+    return next((name for name in names if any(cpu in name.lower() for cpu in ("llvmpipe", "swiftshader"))), None)
+
+
 def busy_note(environment: dict[str, str]) -> str | None:
     """A sentence saying the machine was busy at the start, or None when it was not (or unknown)."""
     try:

@@ -90,6 +90,7 @@ def render_markdown(report: Report) -> str:
         "",
         "Environment: " + ", ".join(f"{key} {value}" for key, value in environment.items()),
         "",
+        *([f"Device {settings['device']}: {settings['untimed']}.", ""] if settings.get("untimed") else []),
     ]
     busy = busy_note(environment)
     if busy:

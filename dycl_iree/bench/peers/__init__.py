@@ -7,7 +7,7 @@
 | `torch-compile` | `torch_compile` | `torch.compile(model)` (inductor) |
 | `onnxruntime` | `onnxruntime` | the TorchScript ONNX export on onnxruntime's CPU provider |
 | `iree-onnx` | `iree_onnx` | the same ONNX graph through torch-mlir and `iree-compile` |
-| `dycl-<host>-<driver>` | `dycl` | `dycl_iree.export` + `load`, compiled or Python host |
+| `dycl-<host>-<driver>` | `dycl` | `dycl_iree.export` + `load`, compiled or Python host (GPU drivers with `--device`) |
 
 `base` says what a peer is; `onnx_graph` and `iree_config` hold what several peers share. A new
 peer is a new module with a `Peer` subclass, added to `PEERS` below (from Python, `benchmark`'s
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from .base import ModelContext, Peer
-from .dycl import DRIVERS, HOSTS, Dycl
+from .dycl import DRIVERS, GPU_DRIVERS, HOSTS, Dycl
 from .eager import Eager
 from .iree_onnx import IreeOnnx
 from .onnxruntime import OnnxRuntime
@@ -35,11 +35,13 @@ PEERS: list[Callable[[], Peer]] = [
     OnnxRuntime,
     IreeOnnx,
     *(partial(Dycl, host, driver) for host in HOSTS for driver in DRIVERS),
+    *(partial(Dycl, host, driver) for driver in GPU_DRIVERS for host in HOSTS),
 ]
 """Every built-in peer, in report order, eager first: each entry makes a fresh peer when called."""
 
 __all__ = [
     "DRIVERS",
+    "GPU_DRIVERS",
     "HOSTS",
     "PEERS",
     "Dycl",
