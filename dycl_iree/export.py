@@ -36,6 +36,7 @@ from .capture import capture
 from .compile import compile_module, target_flags
 from .dynamic_dims import check_examples, declared_dims
 from .errors import CompileError
+from .guards import guard_indices
 from .hosts import (
     CompiledHostUnsupported,
     attach_main,
@@ -109,7 +110,7 @@ def export(
             return cached
     say("specializing to the example inputs")
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
-    program = stage("partition", lambda: partition(typed))
+    program = stage("partition", lambda: guard_indices(partition(typed)))
     say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
     lowered = stage(
         "lower",

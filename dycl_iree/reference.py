@@ -22,6 +22,7 @@ from host_runtime import scalar_ops
 from host_runtime.errors import ModelRaised
 from host_runtime.runner import build_outputs
 
+from .guards import CHECK_INDEX
 from .program import Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
 from .specialize.schemas import overload_of
 
@@ -63,6 +64,11 @@ class ReferenceInterpreter(Walker):
             return [torch.tensor(args[0], dtype=getattr(torch, args[1]))]
         if target == "prim::RaiseException":
             raise ModelRaised(f"{args[0]} ({node.source})")
+        if target == CHECK_INDEX:
+            index, low, high, message = args
+            if not low <= index < high:
+                raise ModelRaised(message)
+            return []
         return [scalar_ops.lookup(target).function(*args)]
 
     def segment_call(self, node: SegmentCall) -> list:

@@ -222,7 +222,13 @@ class Runner:
         if named:
             inputs = self._bind(inputs, named)
         arguments = self.check_inputs(inputs)
-        results = self._main(*arguments)
+        try:
+            results = self._main(*arguments)
+        except RuntimeError as error:
+            failed = _model_check_failed(error)
+            if failed is None:
+                raise
+            raise failed from error
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
         return build_outputs(self._tree, leaves)
 
@@ -441,6 +447,21 @@ def _target_entry(targets: dict[str, Any], target: str) -> dict[str, Any] | None
     if target in targets or target == "llvm-cpu":  # `llvm-cpu:TRIPLE` is cross-compiled: not for this CPU
         return targets.get(target)
     return next((entry for name, entry in targets.items() if name.split(":")[0] == target), None)
+
+
+def _model_check_failed(error: RuntimeError) -> ModelRaised | None:
+    """The compiled host's failed check (a `torch.runtime.assert`, e.g. an index out of range) as ModelRaised.
+
+    IREE's VM fails the call with FAILED_PRECONDITION and the check's message; other errors are left as they are.
+    """
+    text = str(error)
+    marker = "FAILED_PRECONDITION; "
+    if marker not in text:
+        return None
+    message = text.split(marker, 1)[1].split("; \n")[0].strip()
+    if not message.startswith(("IndexError", "model raised")):
+        return None
+    return ModelRaised(message)
 
 
 def _fits(have: tuple, want: tuple) -> bool:

@@ -146,3 +146,70 @@ def test_scalar_inputs_with_a_nan_scale(exported, host: str) -> None:
     run = dycl_iree.load(item.path, host=host)
     for x, n, scale, flag in [(torch.ones(2, 3), 1, NAN, True), (-torch.ones(2, 3), 2, NAN, False)]:
         _same_with_nan(run(x.numpy(), n, scale, flag), item.reference(x, n, scale, flag), f"{host} host")
+
+
+class _Indexed(nn.Module):
+    """Every way a host int becomes an index in a segment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(7, 4)
+
+    def forward(self, x: torch.Tensor, k: int):
+        h = x + self.embedding(torch.tensor([k]))
+        h = h + h[:, k].unsqueeze(1)
+        h = h * h[0, k]
+        return h + torch.index_select(h, 1, torch.tensor([k % 4]))
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory):
+    torch.manual_seed(0)
+    model = _Indexed().eval()
+    bundle = dycl_iree.export(model, (torch.randn(2, 4), 1), dynamic_shapes={"x": {0: "batch"}})
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    return model, bundle.save(tmp_path_factory.mktemp("indexed") / "indexed.dycl")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_an_index_out_of_range_raises_as_pytorch_does_and_names_op_and_line(indexed, host: str) -> None:
+    """PyTorch raises IndexError; the bundle raises ModelRaised naming the op and the line, never reads outside."""
+    model, path = indexed
+    run = dycl_iree.load(path, host=host)
+    raised = set()
+    for k in (0, 3, -1, 4, 6, 7, 10**9, -(10**9), -5):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(k % 97))
+        try:
+            with torch.no_grad():
+                want = model(x, k)
+        except (IndexError, RuntimeError):
+            with pytest.raises(dycl_iree.ModelRaised, match=r"IndexError: index out of range in \w+.*test_bad_values"):
+                run(x.numpy(), k)
+            raised.add(k)
+            continue
+        np.testing.assert_allclose(run(x.numpy(), k), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert raised == {-1, 4, 6, 7, 10**9, -(10**9), -5}  # 0 and 3 are in range for all four lookups
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_which_lookup_failed_is_named(indexed, host: str) -> None:
+    _, path = indexed
+    run = dycl_iree.load(path, host=host)
+    x = np.zeros((2, 4), np.float32)
+    with pytest.raises(dycl_iree.ModelRaised, match=r"in embedding \(.*test_bad_values.py:\d+\)"):
+        run(x, 7)  # past the 7 rows of the embedding
+    with pytest.raises(dycl_iree.ModelRaised, match=r"in select \(dim 1\)"):
+        run(x, 5)  # a valid row of the embedding, past x's 4 columns
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_greedy_decoder_with_a_start_token_out_of_range(exported, host: str) -> None:
+    item = exported("greedy_decoder")
+    run = dycl_iree.load(item.path, host=host)
+    x = item.samples()[0][0]
+    for start in (7, 10**9, -1):
+        with pytest.raises(RuntimeError):
+            item.reference(x, start)
+        with pytest.raises(dycl_iree.ModelRaised, match="index out of range in embedding"):
+            run(x.numpy(), start)
+    assert_matches(run(x.numpy(), 3), item.reference(x, 3), f"{host} host")

@@ -25,6 +25,7 @@ import math
 import struct
 from typing import Any
 
+from ..guards import CHECK_INDEX
 from ..program import (
     Arg,
     Block,
@@ -334,6 +335,9 @@ class _Emitter(Emitter):
             self.emit(f"torch.prim.If.yield {true} : !torch.bool")
             self.depth -= 1
             self.emit("}")
+        elif target == CHECK_INDEX:
+            self.check_index(*node.args)
+            return
         elif target in _FLOAT_COMPARISONS:
             result_type = "!torch.bool"
             self.float_comparison(_FLOAT_COMPARISONS[target], node.args, result)
@@ -358,6 +362,17 @@ class _Emitter(Emitter):
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
         self.define(output, result, result_type)
+
+    def check_index(self, index: Arg, low: Arg, high: Arg, message: Constant) -> None:
+        """Fail the call unless low <= index < high: IREE's VM reports the message (FAILED_PRECONDITION)."""
+        index_name = self.operand(index, "!torch.int")[0]
+        above, below, inside = self.fresh(), self.fresh(), self.fresh()
+        low_name, high_name = self.operand(low, "!torch.int")[0], self.operand(high, "!torch.int")[0]
+        self.emit(f"{above} = torch.aten.ge.int {index_name}, {low_name} : !torch.int, !torch.int -> !torch.bool")
+        self.emit(f"{below} = torch.aten.lt.int {index_name}, {high_name} : !torch.int, !torch.int -> !torch.bool")
+        self.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
+        text = message.value.replace("\\", "/").replace('"', "'")
+        self.emit(f'torch.runtime.assert {inside}, "{text}"')
 
     def float_comparison(self, op: str, args: tuple, result: str) -> None:
         """`result` = a comparison of two host floats (or a float and an int), as PyTorch decides it.

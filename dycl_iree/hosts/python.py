@@ -18,6 +18,7 @@ import keyword
 
 from host_runtime import scalar_ops
 
+from ..guards import CHECK_INDEX
 from ..program import (
     Arg,
     Emitter,
@@ -96,6 +97,10 @@ class _Writer(Emitter):
             self.emit(f"{out} = {args[0]}.shape[{args[1]}]{source}")
         elif target == "aten::tensor":
             self.emit(f"{out} = to_array({args[0]}, {args[1]}){source}")
+        elif target == CHECK_INDEX:
+            index, low, high, message = args
+            self.emit(f"if not {low} <= {index} < {high}:")
+            self.emit(f"    raise ModelRaised({message})")
         elif target == "prim::RaiseException":
             self.emit(f"raise ModelRaised({args[0]} + {' (' + node.source + ')'!r})")
         else:
