@@ -24,6 +24,7 @@ import torch
 
 import dycl_iree
 from dycl_iree.verify import compare, verify
+from host_runtime.errors import BundleError
 from host_runtime.runner import build_outputs
 from models import ZOO, programs
 
@@ -268,3 +269,39 @@ def test_python_runtime_on_aarch64_picks_the_aarch64_vmfb(c_bundles, c_runtimes,
         _assert_matches_pytorch(item, index, leaves, f"early_exit on aarch64 python, sample {index}")
         exits.add(result["exit"])
     assert exits == {0, 1}
+
+
+# -- the generator alone ------------------------------------------------------------------------------
+
+
+def test_generated_header_types_every_kind_of_value(c_bundles, tmp_path: Path) -> None:
+    from dycl_iree.emit_c import emit_c
+
+    header, source = emit_c(c_bundles("scalar_inputs").path, tmp_path, cpu="aarch64")
+    text = header.read_text()
+    assert "(target llvm-cpu:aarch64-linux-gnu)" in text
+    start = text.index("iree_status_t scalar_inputs_run(")
+    prototype = text[start : text.index(");", start)]
+    parameters = [part.strip() for part in prototype.split("(", 1)[1].split(",")]
+    assert parameters == [
+        "dycl_model_t* model", "const float* x", "int64_t n", "float scale", "bool flag",
+        "float* output0", "int64_t* output1", "float* output2", "bool* output3",
+    ]
+    assert "#define SCALAR_INPUTS_OUTPUT0_ELEMENTS 6" in text
+    decoder = emit_c(c_bundles("greedy_decoder").path, tmp_path, name="decoder")[0].read_text()
+    assert "int64_t* output0,\n" in decoder and "iree_host_size_t output0_capacity" in decoder
+    assert "int64_t* output0_dim0)" in decoder
+    batch = emit_c(c_bundles("dynamic_batch").path, tmp_path)[1].read_text()
+    assert "dycl_value_tensor(x, 2, (const int64_t[]){x_dim0, 8})" in batch
+    assert "{DYCL_DYNAMIC_DIM, 8}" in batch
+
+
+def test_generator_refuses_what_c_cannot_run(exported, c_bundles, tmp_path: Path) -> None:
+    from dycl_iree.emit_c import emit_c
+
+    with pytest.raises(BundleError, match="has no compiled host .*the C runtime runs only the compiled `main`"):
+        emit_c(exported("while_cap").path, tmp_path)
+    with pytest.raises(BundleError, match=r"no vmfb for this CPU \(riscv64\)"):
+        emit_c(c_bundles("early_exit").path, tmp_path, cpu="riscv64")
+    with pytest.raises(BundleError, match="has no target 'vulkan'"):
+        emit_c(c_bundles("early_exit").path, tmp_path, target="vulkan")
