@@ -422,6 +422,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--copy-vmfb", action="store_true", help="also copy the chosen vmfb to <name>.vmfb")
 
 
+def add_subcommand(commands: Any) -> None:
+    """Add `emit-c` to the dycl_iree command line (`commands` is its subparsers object)."""
+    parser = commands.add_parser(
+        "emit-c",
+        help="write a typed C function for a bundle (<name>.h / <name>.c over host_runtime/c)",
+        description=__doc__.split("\n\n")[0],
+        epilog="example: python -m dycl_iree emit-c early_exit.dycl -o generated/ --cpu aarch64",
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
 def run(args: argparse.Namespace) -> int:
     for path in emit_c(args.bundle, args.output, args.name, args.cpu, args.target, args.copy_vmfb):
         print(path)
