@@ -152,9 +152,10 @@ typedef struct dycl_model_t dycl_model_t;
 
 // Loads a vmfb held in memory (e.g. embedded with iree-c-embed-data). |vmfb| is borrowed and
 // must stay valid and unchanged until the model is released; it must be 16-byte aligned. Fails
-// with IREE_STATUS_FAILED_PRECONDITION when the vmfb's `main` does not have |signature|'s types
-// (a header generated from another bundle) and with IREE's message when the vmfb is corrupt or
-// built for another CPU.
+// with IREE_STATUS_NOT_FOUND when the vmfb has no `<module_name>.main` (another model's bundle),
+// IREE_STATUS_FAILED_PRECONDITION when its `main` takes or returns other kinds of values than
+// |signature| says (code generated from another export), and with IREE's message when the vmfb is
+// corrupt or built for another CPU.
 iree_status_t dycl_model_create_from_memory(const dycl_model_options_t* options,
                                             const dycl_signature_t* signature,
                                             iree_const_byte_span_t vmfb,
