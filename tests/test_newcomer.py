@@ -471,3 +471,24 @@ def test_progress_off_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch) ->
     assert any("still compiling for llvm-cpu (iree-compile) (" in line and "s so far)" in line for line in lines[1:])
     assert not any("lowering seg1" in line or "\x1b" in line or ".py:" in line for line in lines)
     assert progress.LOGGER.propagate and not progress.LOGGER.handlers  # left as it was
+
+
+def test_run_picks_a_device_that_runs_the_bundle(exported, tmp_path: Path, capsys) -> None:
+    """A Vulkan-only bundle runs on vulkan without --device; elsewhere an error: line says why not."""
+    if "vulkan" not in host_runtime.available_devices():
+        pytest.skip("no Vulkan device here (lavapipe, mesa-vulkan-drivers, gives one)")
+    item = exported("for_break")
+    path = tmp_path / "for_break_vulkan.dycl"
+    assert main(["export", FACTORY, "-o", str(path), "--target", "vulkan"]) == 0
+    capsys.readouterr()
+    x, n = item.samples()[0]
+    values = " ".join(f"{v:.9g}" for v in x.flatten().tolist())
+    out = tmp_path / "out.npz"
+    assert main(["run", str(path), f"--input=1x5xf32={values}", f"--input={n}", "--output", str(out)]) == 0
+    assert "(compiled host, vulkan)" in capsys.readouterr().out
+    expected_y, expected_steps = item.reference(x, n)
+    with np.load(out) as saved:
+        np.testing.assert_allclose(saved["output0"], expected_y.numpy(), rtol=1e-5, atol=1e-6)
+        assert int(saved["output1"]) == expected_steps
+    assert main(["run", str(path), "--device", "local-sync"]) == 2
+    _one_error_line(capsys, str(path), "CPU")  # the runtime's message: no vmfb for this CPU
