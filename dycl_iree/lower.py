@@ -33,7 +33,7 @@ from torch.export import Dim
 
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
-from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value
+from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
 from .specialize.schemas import overload_of, torch_dtype
 
 
@@ -78,6 +78,7 @@ def lower(
                 warnings.simplefilter("ignore")
                 exported = _export(graph_module, examples, dynamic)
                 exported = exported.run_decompositions(decompositions)
+                _refuse_specialized_dims(segment, exported)
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
         except UnsupportedOpError:
@@ -171,6 +172,54 @@ def _segment_graph(
                 env[output] = graph.call_function(operator.getitem, (node, position))
     graph.output(tuple(env[r] for r in segment.results))
     return fx.GraphModule(root, graph), examples, dynamic
+
+
+# Ops that torch.export unrolls over their input's sequence dim (their decomposition is a Python
+# loop over time steps), so that dim cannot stay dynamic.
+_UNROLLED_OVER_TIME = {
+    "aten::lstm.input": "nn.LSTM",
+    "aten::gru.input": "nn.GRU",
+    "aten::rnn_tanh.input": "nn.RNN",
+    "aten::rnn_relu.input": "nn.RNN",
+}
+
+
+def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
+    """A dim the Program types dynamic must stay dynamic in the segment's function: when torch.export
+    or its decompositions fixed it to the example's size (`Dim.AUTO` lets them), the function would
+    refuse every other size at run time. Say which op forced it where we can tell (the recurrent
+    layers, which torch unrolls over the time steps of the example)."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    user_inputs = set(exported.graph_signature.user_inputs)
+    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
+    for position, (param, node) in enumerate(zip(segment.params, placeholders)):
+        value = node.meta.get("val")
+        if not isinstance(param.type, TensorType) or not isinstance(value, torch.Tensor):
+            continue
+        # A specialized dim is still a SymInt, whose expression became a number.
+        fixed = [d for d, size in enumerate(param.type.shape) if size is None and is_concrete_int(value.shape[d])]
+        if not fixed:
+            continue
+        what = f"dim {fixed[0]} of segment input {position} ({format_value(param)})"
+        example = int(value.shape[fixed[0]])
+        for op in segment.nodes:
+            if op.target in _UNROLLED_OVER_TIME:
+                raise UnsupportedOpError(
+                    op.target,
+                    op.source,
+                    segment.name,
+                    f"{_UNROLLED_OVER_TIME[op.target]} needs a sequence length known at export time (torch.export "
+                    f"unrolls it over the example's {example} time steps), but {what} changes at run time: export "
+                    "with a fixed sequence length, or step an nn.LSTMCell / nn.GRUCell / nn.RNNCell in a loop",
+                )
+        first = segment.nodes[0]
+        raise UnsupportedOpError(
+            first.target,
+            first.source,
+            segment.name,
+            f"torch.export fixed {what} to the example's size {example}, although it changes at run time",
+        )
 
 
 _CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding)  # padding=1 / padding="same"

@@ -437,3 +437,16 @@ def test_an_op_failing_after_a_rewrite_names_the_models_line(monkeypatch) -> Non
     assert message.startswith("cannot lower aten::view"), message
     assert f"{Path(__file__).name}:{line}" in message, message
     assert "pooling.py" not in message
+
+
+def test_a_dynamic_sequence_length_is_refused_with_the_layer_and_the_way_out() -> None:
+    """torch.export unrolls nn.LSTM over the example's time steps: a sequence length declared dynamic
+    cannot stay so, and the export says so instead of building a bundle that refuses other lengths."""
+    model, example, _ = _plain(BidirectionalEncoder, (1, 5, 10))()
+    with pytest.raises(dycl_iree.UnsupportedOpError) as caught:
+        dycl_iree.export(model, example, dynamic_shapes=({1: torch.export.Dim("steps")},))
+    message = str(caught.value)
+    assert message.startswith("cannot lower aten::lstm.input"), message
+    assert "nn.LSTM needs a sequence length known at export time" in message
+    assert "unrolls it over the example's 5 time steps" in message
+    assert "dim 1 of segment input 0" in message

@@ -708,16 +708,19 @@ class _Specializer:
 
     def visit_host_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
         kind = node.kind()
+        if kind == "aten::list" and len(entries) == 1:
+            # `list(hx.size())` (nn.RNN's state check) copies a list. The Program's lists are values
+            # (an append makes a new one), so the copy is the same entry; a constant one is copied
+            # here, since the generic `aten::list.t` cannot be called from Python ("toIValue()
+            # cannot handle converting to type: t").
+            entry = entries[0]
+            self.bind(node.output(), Constant(list(entry.value)) if isinstance(entry, Constant) else entry)
+            return
         if all(isinstance(e, Constant) for e in entries) or kind in ("aten::format", "aten::str"):
             if not all(isinstance(e, Constant) for e in entries):
                 # Only error messages are formatted from run-time values (or from tuples, as
                 # nn.RNN's state-size check does); keep the template.
                 self.bind(node.output(), Constant(str(entries[0].value)))
-                return
-            if kind == "aten::list":
-                # `list(hx.size())` (nn.RNN's state check): a copy; the generic `aten::list.t`
-                # cannot be called from Python ("toIValue() cannot handle converting to type: t").
-                self.bind(node.output(), Constant(list(entries[0].value)))
                 return
             self.bind_constants(node, fold_scalar(kind, overload, [e.value for e in entries], source))
             return
