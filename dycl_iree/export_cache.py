@@ -7,6 +7,8 @@ example inputs' types (dtype and shape of a tensor, kind and value of a scalar),
 dims, the targets and their flags (with the CPU that `host` means here), and the versions of torch,
 torch-mlir, iree-base-compiler and of this exporter's own source. An entry is a saved bundle plus the
 pickled Program; it lives in the compile cache's folder (`dycl_iree/cache.py`), under the same bound.
+That folder is trusted as the user's own files are: it holds native code (vmfbs) and pickles, so a
+cache shared between users must be writable only by people whose code they would run anyway.
 
 Example:
     >>> key = export_key(captured, example_inputs, dims, ("llvm-cpu",), 1)      # doctest: +SKIP
