@@ -192,6 +192,8 @@ def test_typed_dynamic_dim_and_its_checks(typed_api, c_bundles, tmp_path: Path) 
         (path,) = app_arguments((x,), tmp_path / f"sample{index}")
         leaves, _ = parse_outputs(_typed(typed_api, "batch", path))
         np.testing.assert_allclose(leaves[0], _scripted(item)(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    threads = _typed(typed_api, "threads", path, 2000)  # two models, one device, two threads at once
+    assert threads == "mismatches 0 0\n", threads
     negative = _typed(typed_api, "batch-negative", path)
     assert negative.startswith("error INVALID_ARGUMENT"), negative
     assert "input 'x' has negative size -1 in dim 0" in negative

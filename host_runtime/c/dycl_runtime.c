@@ -385,6 +385,8 @@ void dycl_model_release(dycl_model_t* model) {
 
 const dycl_signature_t* dycl_model_signature(const dycl_model_t* model) { return model->signature; }
 
+iree_runtime_instance_t* dycl_model_instance(const dycl_model_t* model) { return model->instance; }
+
 iree_hal_device_t* dycl_model_device(const dycl_model_t* model) { return model->device; }
 
 //===----------------------------------------------------------------------===//

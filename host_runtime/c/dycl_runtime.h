@@ -172,7 +172,9 @@ void dycl_model_release(dycl_model_t* model);
 // The signature the model was created with.
 const dycl_signature_t* dycl_model_signature(const dycl_model_t* model);
 
-// The model's device (borrowed), e.g. to share it with another model.
+// The model's instance and device (borrowed), e.g. to share them with another model through
+// dycl_model_options_t.
+iree_runtime_instance_t* dycl_model_instance(const dycl_model_t* model);
 iree_hal_device_t* dycl_model_device(const dycl_model_t* model);
 
 // Checks |inputs| against the signature without running anything: kinds, ranks, static sizes,

@@ -6,8 +6,11 @@
 //   typed_api scalars X.npy N SCALE FLAG    scalar_inputs_run
 //   typed_api mismatch VMFB                 greedy_decoder_create_from_file on another bundle's vmfb
 //   typed_api wrong-model                   greedy_decoder_run on a dynamic_batch model
+//   typed_api threads X.npy CALLS           two dynamic_batch models sharing one instance and device,
+//                                           called from two threads at once; prints mismatches
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +107,63 @@ static iree_status_t wrong_model(void) {
   return status;
 }
 
+typedef struct thread_work_t {
+  dycl_model_t* model;
+  const npy_array_t* x;
+  const float* expected;
+  long calls;
+  long mismatches;
+  iree_status_t status;
+} thread_work_t;
+
+static void* thread_main(void* argument) {
+  thread_work_t* work = argument;
+  float sums[64];
+  int64_t length = 0;
+  for (long call = 0; call < work->calls && iree_status_is_ok(work->status); ++call) {
+    memset(sums, 0, sizeof(sums));
+    work->status = dynamic_batch_run(work->model, work->x->data, work->x->shape[0], sums, 64, &length);
+    if (iree_status_is_ok(work->status) && memcmp(sums, work->expected, (size_t)length * sizeof(float)) != 0) {
+      ++work->mismatches;
+    }
+  }
+  return NULL;
+}
+
+// Per dycl_runtime.h, models sharing an instance and a device may be called from threads at once.
+static iree_status_t threads(const char* path, long calls) {
+  npy_array_t x;
+  IREE_RETURN_IF_ERROR(npy_read(path, &x));
+  if (x.shape[0] > 64) return iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "at most 64 rows");
+  dycl_model_t* models[2] = {NULL, NULL};
+  iree_status_t status = dynamic_batch_create(NULL, &models[0]);
+  if (iree_status_is_ok(status)) {
+    dycl_model_options_t options;
+    dycl_model_options_initialize(&options);
+    options.instance = dycl_model_instance(models[0]);
+    options.device = dycl_model_device(models[0]);
+    status = dynamic_batch_create(&options, &models[1]);
+  }
+  float expected[64];
+  int64_t length = 0;
+  if (iree_status_is_ok(status)) status = dynamic_batch_run(models[0], x.data, x.shape[0], expected, 64, &length);
+  thread_work_t work[2];
+  pthread_t handles[2];
+  for (int i = 0; i < 2 && iree_status_is_ok(status); ++i) {
+    work[i] = (thread_work_t){models[i], &x, expected, calls, 0, iree_ok_status()};
+    pthread_create(&handles[i], NULL, thread_main, &work[i]);
+  }
+  if (iree_status_is_ok(status)) {
+    for (int i = 0; i < 2; ++i) pthread_join(handles[i], NULL);
+    printf("mismatches %ld %ld\n", work[0].mismatches, work[1].mismatches);
+    status = iree_status_is_ok(work[0].status) ? work[1].status : work[0].status;
+  }
+  dycl_model_release(models[1]);
+  dycl_model_release(models[0]);
+  npy_array_free(&x);
+  return status;
+}
+
 int main(int argc, char** argv) {
   iree_status_t status = iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "usage: see typed_api.c");
   const char* name = argc > 1 ? argv[1] : "";
@@ -119,6 +179,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(name, "mismatch") == 0 && argc == 3) {
     iree_status_ignore(status);
     status = mismatch(argv[2]);
+  } else if (strcmp(name, "threads") == 0 && argc == 4) {
+    iree_status_ignore(status);
+    status = threads(argv[2], strtol(argv[3], NULL, 10));
   } else if (strcmp(name, "wrong-model") == 0) {
     iree_status_ignore(status);
     status = wrong_model();
