@@ -196,7 +196,10 @@ def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1, use_cache
     try:
         vmfb = iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags)
     except Exception as error:  # iree.compiler raises CompilerToolError with the tool's stderr
-        raise CompileError(f"iree-compile failed for target {target}:\n{_trim(str(error))}") from error
+        hint = ""
+        if target.startswith("cuda") and "missing GPU target" in str(error):
+            hint = f"\n(iree-compile has no GPU target for that architecture; the default {CUDA_ARCHITECTURE} has one)"
+        raise CompileError(f"iree-compile failed for target {target}:\n{_trim(str(error))}{hint}") from error
     if use_cache:
         cache.write(name, vmfb)
     return vmfb
