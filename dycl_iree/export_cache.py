@@ -52,16 +52,21 @@ def export_key(
     key.update(_MANGLE.sub("", str(captured.graph)).encode())
     for tensor in _constant_tensors(captured.graph):
         key.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-        key.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        key.update(_bytes(tensor))
     for name, tensor in sorted(captured.frozen.state_dict().items()):  # attributes freezing kept
         key.update(name.encode())
-        key.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        key.update(_bytes(tensor))
     key.update(json.dumps([_input_type(value) for value in example_inputs]).encode())
     key.update(json.dumps(dims).encode())
     for target in targets:
         key.update("\0".join([target, *cache_key_flags(target_flags(target, cpu_threads))]).encode())
     key.update(_versions().encode())
     return key.hexdigest()
+
+
+def _bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's bytes; flattened first, since `view(torch.uint8)` refuses a 0-d tensor of wider elements."""
+    return tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
 
 
 def lookup(key: str) -> Bundle | None:

@@ -1,0 +1,34 @@
+"""Defects the differential fuzzer (`tests/fuzz/`) found, each reduced to a small program, against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import dycl_iree
+
+
+class _ZeroDimConstant(nn.Module):
+    """`torch.tensor(float(c))` of a counter TorchScript folds to a constant: a 0-d tensor in the graph
+    (fuzzer seed 3: the whole-export cache's key could not take the bytes of a 0-d float tensor)."""
+
+    def forward(self, x: torch.Tensor):
+        c = 0
+        c += 1
+        h = x + torch.tensor(float(c)) * 0.01
+        if bool(h.sum() > 0.0):
+            h = h * 2.0
+        return h, c
+
+
+def test_a_zero_dim_constant_tensor_exports_and_runs(tmp_path) -> None:
+    model = _ZeroDimConstant()
+    path = dycl_iree.export(model, (torch.ones(1, 4),)).save(tmp_path / "zero_dim.dycl")
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for x in (torch.ones(1, 4), -torch.ones(1, 4)):
+            got, count = run(x.numpy())
+            want, want_count = model(x)
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+            assert count == want_count == 1
