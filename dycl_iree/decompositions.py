@@ -31,6 +31,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_as_reduction
     table.update(_KEEPING_NAN)
+    table.update(_IN_RANGE)
     return table
 
 
@@ -415,4 +416,74 @@ _KEEPING_NAN = {
     aten.argmin.default: argmin_keeping_nan,
     aten.max.dim: max_dim_keeping_nan,
     aten.min.dim: min_dim_keeping_nan,
+}
+
+
+# --- Indices kept inside their tensor --------------------------------------------------------------
+# IREE has no error inside a kernel: a gather at an index past the end reads outside its buffer (a
+# crash or garbage). The host checks the indices it knows (`guards.py`); an index computed on the
+# device is clamped into range here, so a bundle never reads outside a buffer (PyTorch raises
+# IndexError for such an index; the bundle returns the value at the nearest valid index).
+# Each rewrite calls the op it rewrites, with clamped indices: `_clamping` keeps that inner call
+# from being rewritten again (a rewrite returning NotImplemented keeps the op).
+_clamping = False
+
+
+def _without_reentry(rewrite: Any) -> Any:
+    def rewritten(*args: Any, **kwargs: Any) -> Any:
+        global _clamping
+        if _clamping:
+            return NotImplemented
+        _clamping = True
+        try:
+            return rewrite(*args, **kwargs)
+        finally:
+            _clamping = False
+
+    rewritten.__name__ = rewrite.__name__
+    rewritten.__doc__ = rewrite.__doc__
+    return rewritten
+
+
+def _clamped(index: torch.Tensor, size: Any, wrap_negative: bool) -> torch.Tensor:
+    if wrap_negative:
+        index = aten.where.self(aten.lt(index, 0), aten.add(index, size), index)
+    return aten.clamp(index, 0, size - 1)
+
+
+@_without_reentry
+def embedding_in_range(weight: torch.Tensor, indices: torch.Tensor, *rest: Any) -> torch.Tensor:
+    """`embedding` with its indices clamped to the table's rows.
+
+    >>> embedding_in_range(torch.eye(3), torch.tensor([1, 7])).tolist()
+    [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    return aten.embedding(weight, _clamped(indices, weight.shape[0], False), *rest)
+
+
+@_without_reentry
+def index_select_in_range(input: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
+    return aten.index_select(input, dim, _clamped(index, input.shape[dim], False))
+
+
+@_without_reentry
+def gather_in_range(input: torch.Tensor, dim: int, index: torch.Tensor, sparse_grad: bool = False) -> torch.Tensor:
+    return aten.gather(input, dim, _clamped(index, input.shape[dim], False), sparse_grad=sparse_grad)
+
+
+@_without_reentry
+def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """`x[i]` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
+    kept = [
+        index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
+        for dim, index in enumerate(indices)
+    ]
+    return aten.index.Tensor(input, kept)
+
+
+_IN_RANGE = {
+    aten.embedding.default: embedding_in_range,
+    aten.index_select.default: index_select_in_range,
+    aten.gather.default: gather_in_range,
+    aten.index.Tensor: index_in_range,
 }

@@ -213,3 +213,41 @@ def test_greedy_decoder_with_a_start_token_out_of_range(exported, host: str) -> 
         with pytest.raises(dycl_iree.ModelRaised, match="index out of range in embedding"):
             run(x.numpy(), start)
     assert_matches(run(x.numpy(), 3), item.reference(x, 3), f"{host} host")
+
+
+class _DeviceIndices(nn.Module):
+    """Indices computed on the device, out of range for some `k`: never a read outside the buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(7, 4)
+
+    def forward(self, x: torch.Tensor, k: int):
+        h = x + torch.gather(x, 1, torch.zeros_like(x, dtype=torch.long) + k)
+        rows = x.argmax(1) + k
+        h = h + self.embedding(rows)
+        h = h + torch.index_select(h, 1, rows[:1] % 9)
+        return h + h[rows - 2]
+
+
+def test_indices_computed_on_the_device_stay_inside_their_tensor(tmp_path) -> None:
+    """In range: PyTorch's values. Out of range (PyTorch raises): clamped values, never a crash or garbage."""
+    torch.manual_seed(0)
+    model = _DeviceIndices().eval()
+    path = dycl_iree.export(model, (torch.randn(2, 4), 1), dynamic_shapes={"x": {0: "batch"}}).save(tmp_path / "d")
+    for host in HOSTS:
+        run = dycl_iree.load(path, host=host)
+        outcomes = []
+        for k in (0, 1, 3, 5, -7, 10**9, -(10**9)):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(k % 50))
+            got = run(x.numpy(), k)
+            try:
+                with torch.no_grad():
+                    want = model(x, k)
+            except (IndexError, RuntimeError):
+                outcomes.append("pytorch raised")
+                assert np.isfinite(got).all() and np.abs(got).max() < 1e3, (host, k, got)  # no garbage
+                continue
+            outcomes.append("pytorch returned")
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} k={k}")
+        assert outcomes.count("pytorch raised") >= 4 and outcomes.count("pytorch returned") >= 2, outcomes
