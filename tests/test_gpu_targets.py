@@ -22,7 +22,7 @@ from dycl_iree.compile import CUDA_ARCHITECTURE, cuda_architecture_of
 from dycl_iree.program import If, Loop, iter_nodes
 from dycl_iree.verify import compare
 from host_runtime.bundle_format import read_manifest
-from host_runtime.invoke import StagedReader, element_type_of, upload
+from host_runtime.invoke import StagedReader, element_type_of, readers_for, to_numpy, to_scalar, upload
 from models import ZOO, programs
 
 from .conftest import assert_matches, make, scripted
@@ -151,6 +151,13 @@ def test_staged_reader_round_trips_every_dtype(vulkan: str, name: str) -> None:
     if array.size == 1:
         value = reader.to_scalar(buffer)
         assert type(value) is type(array.item()) and value == array.item()
+
+
+def test_the_cpu_drivers_keep_their_in_place_read_back() -> None:
+    import iree.runtime as ireert
+
+    for driver in ("local-sync", "local-task"):
+        assert readers_for(ireert.get_device(driver), driver) == (to_numpy, to_scalar)
 
 
 def test_vulkan_inputs_are_checked_before_device_work(vulkan: str, vulkan_program) -> None:
