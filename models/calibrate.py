@@ -30,8 +30,15 @@ from .blockdrop import BlockDropResNet, build_blockdrop
 from .captioning import ShowAttendTell, build_show_attend_tell
 from .common import image_inputs, random_image
 from .ranet import RaNet, build_ranet
-from .shallow_deep import ShallowDeepNetwork, build_mobilenet, build_resnet56, build_vgg16_bn, build_wide_resnet32_4
-from .skipnet import SkipNetFeedForward, SkipNetRecurrent, build_skipnet
+from .shallow_deep import (
+    ResNetSDN,
+    ShallowDeepNetwork,
+    build_mobilenet,
+    build_resnet56,
+    build_vgg16_bn,
+    build_wide_resnet32_4,
+)
+from .skipnet import RecurrentGatedResNet, SkipNetFeedForward, SkipNetRecurrent, build_skipnet
 from .transformer import Translator, build_translator, source_inputs
 
 # How far (in probability, or in logit for an argmax) every decision of a shipped sample must be
@@ -63,6 +70,11 @@ def _probes(model: nn.Module) -> list[tuple[nn.Module, Callable[[Tensor], list[f
     """(module, margins of its output) for every module whose output a decision is read from."""
     if isinstance(model, ShallowDeepNetwork):
         return [(head, _confidence_margin(model.threshold)) for head in model.heads]
+    if isinstance(model, ResNetSDN):
+        margin = _confidence_margin(model.confidence_threshold)
+        return [(layer.output, margin) for layer in model.layers if layer.output is not None]
+    if isinstance(model, RecurrentGatedResNet):
+        return [(model.control.prob, lambda probability: [abs(float(probability) - 0.5)])]
     if isinstance(model, RaNet):
         margin = _confidence_margin(model.threshold)
         return [(model.coarse_classifier, margin), (model.middle_classifier, margin)]

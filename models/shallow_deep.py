@@ -30,11 +30,17 @@ Calibration (none of it is in the paper; it stands in for training):
 
 The forward returns `(logits, exit_index)`: exit_index i < number of ICs means IC i answered;
 exit_index == number of ICs means the final classifier did.
+
+`sdn_resnet56_view` is `sdn_resnet56` written as the SDN authors' code writes it (`ResNet_SDN`,
+`BasicBlockWOutput`, an `InternalClassifier` of `nn.MaxPool2d` / `nn.AvgPool2d` modules flattened
+with `.view`, end layers `AvgPool2d(8)` and a `.view` Flatten); it shares that model's weights, so
+the same samples take the same exits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -320,6 +326,127 @@ def build_wide_resnet32_4(
 
 
 # ---------------------------------------------------------------------------------------------
+# The same SDN ResNet-56 as the SDN authors' code writes it (`ResNet_SDN`, `BasicBlockWOutput`,
+# `InternalClassifier`): pooling layers as modules and `.view` to flatten. Only what TorchScript
+# forces is changed (the Optional output refined with `is not None`, type annotations).
+# ---------------------------------------------------------------------------------------------
+
+
+def feature_reduction_formula(input_feature_map_size: int) -> int:
+    if input_feature_map_size >= 4:
+        return int(input_feature_map_size / 4)
+    else:
+        return -1
+
+
+class SDNInternalClassifier(nn.Module):
+    """SDN's `InternalClassifier` with pooling: `alpha * maxpool + (1 - alpha) * avgpool`, `.view`, linear."""
+
+    def __init__(self, input_size: int, output_channels: int, num_classes: int, alpha: float = 0.5) -> None:
+        super(SDNInternalClassifier, self).__init__()  # noqa: UP008 (the published code's spelling)
+        red_kernel_size = feature_reduction_formula(input_size)  # get the pooling size
+        self.output_channels = output_channels
+        red_input_size = int(input_size / red_kernel_size)
+        self.max_pool = nn.MaxPool2d(kernel_size=red_kernel_size)
+        self.avg_pool = nn.AvgPool2d(kernel_size=red_kernel_size)
+        self.alpha = nn.Parameter(torch.rand(1))
+        self.linear = nn.Linear(output_channels * red_input_size * red_input_size, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        avgp = self.alpha * self.max_pool(x)
+        maxp = (1 - self.alpha) * self.avg_pool(x)
+        mixed = avgp + maxp
+        return self.linear(mixed.view(mixed.size(0), -1))
+
+
+class BasicBlockWOutput(nn.Module):
+    """SDN's `BasicBlockWOutput`: a basic block (conv layers, shortcut, ReLU) that may carry an IC.
+
+    The IC reads the block's output after its ReLU, as this zoo's SDNs do (the SDN code feeds it the
+    sum before the ReLU), so that the calibrated `sdn_resnet56` carries over unchanged."""
+
+    def __init__(self, block: BasicBlock, output: Optional[nn.Module]) -> None:  # noqa: UP045
+        super(BasicBlockWOutput, self).__init__()  # noqa: UP008
+        layers = nn.ModuleList()
+        layers.append(nn.Sequential(block.conv1, block.bn1, nn.ReLU(), block.conv2, block.bn2))
+        layers.append(nn.Sequential() if isinstance(block.shortcut, nn.Identity) else block.shortcut)
+        layers.append(nn.ReLU())
+        self.layers = layers
+        self.output = output
+        self.no_output = output is None
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, int, Optional[Tensor]]:  # noqa: UP006, UP045
+        fwd = self.layers[0](x)  # conv layers
+        fwd = fwd + self.layers[1](x)  # shortcut
+        fwd = self.layers[2](fwd)
+        if self.output is None:
+            return fwd, 0, None
+        return fwd, 1, self.output(fwd)
+
+
+class Flatten(nn.Module):
+    """SDN's `af.Flatten`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.view(x.size(0), -1)
+
+
+class ResNetSDN(nn.Module):
+    """SDN's `ResNet_SDN` at inference (`early_exit`): the first IC whose confidence reaches the
+    threshold answers, else the end layers (average pooling, flatten, linear)."""
+
+    def __init__(
+        self, init_conv: nn.Module, layers: list[nn.Module], end_layers: nn.Module, confidence_threshold: float
+    ) -> None:
+        super(ResNetSDN, self).__init__()  # noqa: UP008
+        self.init_conv = init_conv
+        self.layers = nn.ModuleList(layers)
+        self.end_layers = end_layers
+        self.confidence_threshold = confidence_threshold
+        self.num_output = sum(1 for layer in layers if layer.output is not None) + 1
+        self.num_heads = self.num_output - 1
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, int]:  # noqa: UP006
+        fwd = self.init_conv(x)
+        output_id = 0
+        for layer in self.layers:
+            fwd, is_output, output = layer(fwd)
+            if output is not None:  # `if is_output:` in SDN's code; TorchScript must see the refinement
+                softmax = nn.functional.softmax(output[0], dim=0)
+                confidence = torch.max(softmax)
+                if confidence >= self.confidence_threshold:
+                    return output, output_id
+                output_id += 1
+        output = self.end_layers(fwd)
+        return output, output_id
+
+
+def sdn_code_resnet56(network: ShallowDeepNetwork, seed: int = 0) -> ResNetSDN:
+    """`network` (a `build_resnet56` SDN) rebuilt as the SDN code's classes, sharing its weights."""
+    with seeded(seed):  # the new modules' initial weights are overwritten; keep the caller's RNG
+        layers = [layer for stage in network.stages for layer in stage] + list(network.tail)
+        ic_after = {}
+        position = -1
+        for stage, head in zip(network.stages, network.heads):
+            position += len(stage)
+            ic_after[position] = head
+        blocks = []
+        for index, layer in enumerate(layers[1:], start=1):
+            head = ic_after.get(index)
+            output = None
+            if head is not None:
+                spatial = 4 * head.kernel  # the map the IC reads (feature_reduction_formula's inverse)
+                output = SDNInternalClassifier(spatial, layer.conv2.out_channels, NUM_CLASSES)
+                with torch.no_grad():
+                    output.alpha.copy_(torch.sigmoid(head.mix))
+                output.linear = head.linear
+            blocks.append(BasicBlockWOutput(layer, output))
+        _, _, linear = network.classifier  # AdaptiveAvgPool2d(1), Flatten, Linear
+        end_layers = nn.Sequential(nn.AvgPool2d(kernel_size=8), Flatten(), linear)
+    return ResNetSDN(layers[0], blocks, end_layers, network.threshold).eval()
+
+
+# ---------------------------------------------------------------------------------------------
 # Calibrated zoo entries (values found by models/calibrate.py; see the module docstring)
 # ---------------------------------------------------------------------------------------------
 
@@ -397,12 +524,21 @@ def sdn_wide_resnet32_4() -> tuple[nn.Module, tuple]:
     return model, image_inputs(SAMPLE_SPECS["sdn_wide_resnet32_4"][0])
 
 
+def sdn_resnet56_view() -> tuple[nn.Module, tuple]:
+    """`sdn_resnet56` written as the SDN authors' code writes it (pooling modules, `.view`); it shares
+    that model's weights, so the same samples take the same exits."""
+    model, example = sdn_resnet56()
+    return sdn_code_resnet56(model), example
+
+
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "sdn_resnet56": sdn_resnet56,
+    "sdn_resnet56_view": sdn_resnet56_view,
     "sdn_vgg16_bn": sdn_vgg16_bn,
     "sdn_mobilenet": sdn_mobilenet,
     "sdn_wide_resnet32_4": sdn_wide_resnet32_4,
 }
 
 
+SAMPLE_SPECS["sdn_resnet56_view"] = SAMPLE_SPECS["sdn_resnet56"]
 SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

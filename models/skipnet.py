@@ -34,11 +34,17 @@ least 1e-3 away from 0.5.
 
 The forward returns `(logits, gates)`: gates is a float32 tensor with one 0./1. per block
 (1. = the block ran), built with torch.cat so no Python list of tensors is involved.
+
+`skipnet_lstm_resnet38` is `skipnet_rnn_resnet38` written as SkipNet's code writes it: per block a
+gate layer (`nn.AvgPool2d` over the map, a 1x1 conv), the shared `RNNGate` (an `nn.LSTM`, a 1x1-conv
+read-out, a sigmoid) and `if bool(prob > 0.5):`; it shares that model's weights, so the same samples
+run and skip the same blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -155,6 +161,91 @@ class SkipNetRecurrent(GatedResNet):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)), decisions
 
 
+class RNNGate(nn.Module):
+    """SkipNet's `RNNGate` as its authors wrote it: an `nn.LSTM` over the blocks' gate features, a
+    1x1 convolution to one logit, a sigmoid. The state is passed in and out instead of kept in
+    `self.hidden` (TorchScript cannot assign a module attribute in forward)."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, rnn_type: str = "lstm") -> None:
+        super(RNNGate, self).__init__()  # noqa: UP008 (the published code's spelling)
+        self.rnn_type = rnn_type
+        self.input_dim = input_dim
+        self.hidden_dim = hidden_dim
+        self.rnn = nn.LSTM(input_dim, hidden_dim)
+        # reduce dim
+        self.proj = nn.Conv2d(in_channels=hidden_dim, out_channels=1, kernel_size=1, stride=1)
+        self.prob = nn.Sigmoid()
+
+    def init_hidden(self, batch_size: int) -> Tuple[Tensor, Tensor]:  # noqa: UP006
+        return (torch.zeros(1, batch_size, self.hidden_dim), torch.zeros(1, batch_size, self.hidden_dim))
+
+    def forward(self, x: Tensor, hidden: Tuple[Tensor, Tensor]) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:  # noqa: UP006
+        batch_size = x.size(0)
+        out, hidden = self.rnn(x.view(1, batch_size, -1), hidden)
+        out = out.squeeze(0)
+        proj = self.proj(out.view(out.size(0), out.size(1), 1, 1)).squeeze()
+        prob = self.prob(proj)
+        return prob, hidden
+
+
+class RecurrentGatedResNet(nn.Module):
+    """SkipNet's `RecurrentGatedResNet` at inference: before each block, its gate layer (average
+    pooling over the whole map, a 1x1 convolution to the LSTM's input size) feeds the shared
+    `RNNGate`, and the block runs when the probability exceeds 0.5, else only its shortcut."""
+
+    def __init__(self, stem: nn.Module, blocks: nn.ModuleList, gate_layers: list[nn.Module], control: RNNGate,
+                 fc: nn.Module) -> None:  # fmt: skip
+        super(RecurrentGatedResNet, self).__init__()  # noqa: UP008
+        self.stem = stem
+        self.blocks = blocks
+        self.gate_layers = nn.ModuleList(gate_layers)
+        self.control = control
+        self.avgpool = nn.AvgPool2d(8)
+        self.fc = fc
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:  # noqa: UP006
+        batch_size = x.size(0)
+        x = self.stem(x)
+        hidden = self.control.init_hidden(batch_size)
+        decisions = torch.zeros(0)
+        for block, gate_layer in zip(self.blocks, self.gate_layers):
+            gate_feature = gate_layer(x)
+            prob, hidden = self.control(gate_feature, hidden)
+            if bool(prob > 0.5):
+                x = block(x)
+            else:
+                x = block.skip(x)
+            decisions = torch.cat((decisions, (prob > 0.5).float().view(1)))
+        x = self.avgpool(x)
+        x = x.view(x.size(0), -1)
+        return self.fc(x), decisions
+
+
+def skipnet_code_recurrent(network: SkipNetRecurrent, seed: int = 0) -> RecurrentGatedResNet:
+    """`network` rebuilt as SkipNet's code writes it, with the same weights: each projection
+    (a linear layer on the pooled map) becomes a 1x1 convolution, the LSTM cell an `nn.LSTM`
+    (the same weight layout), the gate's read-out a 1x1 convolution to one channel."""
+    with seeded(seed):  # the new modules' initial weights are overwritten; keep the caller's RNG
+        gate_layers: list[nn.Module] = []
+        spatial = 32
+        for block, projection in zip(network.blocks, network.projections):
+            conv = nn.Conv2d(projection.in_features, projection.out_features, kernel_size=1, stride=1)
+            with torch.no_grad():
+                conv.weight.copy_(projection.weight.view(*projection.weight.shape, 1, 1))
+                conv.bias.copy_(projection.bias)
+            gate_layers.append(nn.Sequential(nn.AvgPool2d(spatial), conv))
+            spatial //= block.conv1.stride[0]
+        control = RNNGate(network.gate_size, network.gate_size)
+        with torch.no_grad():
+            control.rnn.weight_ih_l0.copy_(network.cell.weight_ih)
+            control.rnn.weight_hh_l0.copy_(network.cell.weight_hh)
+            control.rnn.bias_ih_l0.copy_(network.cell.bias_ih)
+            control.rnn.bias_hh_l0.copy_(network.cell.bias_hh)
+            control.proj.weight.copy_(network.gate_output.weight.view(1, network.gate_size, 1, 1))
+            control.proj.bias.copy_(network.gate_output.bias)
+    return RecurrentGatedResNet(network.stem, network.blocks, gate_layers, control, network.classifier).eval()
+
+
 def build_skipnet(
     variant: str = "ff",
     depth: int = 38,
@@ -256,10 +347,19 @@ def skipnet_rnn_resnet38() -> tuple[nn.Module, tuple]:
     return model, image_inputs(SAMPLE_SPECS["skipnet_rnn_resnet38"][0])
 
 
+def skipnet_lstm_resnet38() -> tuple[nn.Module, tuple]:
+    """`skipnet_rnn_resnet38` written as SkipNet's code writes it (`RNNGate` with an `nn.LSTM`); it shares
+    that model's weights, so the same samples run and skip the same blocks."""
+    model, example = skipnet_rnn_resnet38()
+    return skipnet_code_recurrent(model), example
+
+
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "skipnet_ff_resnet38": skipnet_ff_resnet38,
     "skipnet_rnn_resnet38": skipnet_rnn_resnet38,
+    "skipnet_lstm_resnet38": skipnet_lstm_resnet38,
 }
 
 
+SAMPLE_SPECS["skipnet_lstm_resnet38"] = SAMPLE_SPECS["skipnet_rnn_resnet38"]
 SAMPLES: dict[str, Callable[[], list[tuple]]] = sample_builders(SAMPLE_SPECS)

@@ -32,6 +32,7 @@ from models.skipnet import build_skipnet
 # What each model's path information is, and for early-exit models how many exits it has.
 EXIT_COUNTS = {
     "sdn_resnet56": 7,
+    "sdn_resnet56_view": 7,
     "sdn_vgg16_bn": 7,
     "sdn_mobilenet": 7,
     "sdn_wide_resnet32_4": 7,
@@ -41,6 +42,7 @@ EXIT_COUNTS = {
 GATE_COUNTS = {
     "skipnet_ff_resnet38": 18,
     "skipnet_rnn_resnet38": 18,
+    "skipnet_lstm_resnet38": 18,
     "blockdrop_resnet110": 54,
     "blockdrop_downsample_resnet110": 54,
 }

@@ -418,7 +418,8 @@ class _Specializer:
         self.env = saved_env
         source = source_of(node)
         if not then_raised and not else_raised:
-            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in zip(then_results, else_results)]
+            pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
+            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in pairs]
             then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
@@ -445,8 +446,8 @@ class _Specializer:
             value = self.new_value(type_, "r")
             outputs.append(value)
             joined.append(value)
-            then_yield.append(Constant(UNINITIALIZED) if a is None else a)
-            else_yield.append(Constant(UNINITIALIZED) if b is None else b)
+            then_yield.append(Constant(UNINITIALIZED) if a is None else self.stand_in(a, type_, then_nodes, source))
+            else_yield.append(Constant(UNINITIALIZED) if b is None else self.stand_in(b, type_, else_nodes, source))
         self.nodes.append(
             If(
                 condition,
@@ -466,6 +467,25 @@ class _Specializer:
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
+
+    def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
+        """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
+
+        TorchScript leaves a value uninitialized on the side of a branch after which it is never
+        read (the results of a `return` inside a loop, on the side that did not return). The
+        Python host passes None along; the compiled host's `torch.prim.If` must yield a value of
+        the result's type, so it gets a zero."""
+        if not (isinstance(entry, Constant) and entry.value is UNINITIALIZED):
+            return entry
+        if isinstance(type_, ScalarType) and type_.kind in ("int", "float", "bool"):
+            return Constant({"int": 0, "float": 0.0, "bool": False}[type_.kind])
+        if isinstance(type_, TensorType):
+            saved, self.nodes = self.nodes, nodes
+            try:
+                return self.materialize(Constant(torch.zeros(type_.hint, dtype=torch_dtype(type_.dtype))), source)
+            finally:
+                self.nodes = saved
+        return entry
 
     def visit_loop(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]
@@ -914,6 +934,20 @@ _SCALAR_CONVERSIONS = {"aten::Int": "int", "aten::Float": "float", "aten::Bool":
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
+
+def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
+    """An uninitialized value takes the tuple structure of the other side's entry. TorchScript yields
+    one (`prim::Uninitialized`) on the side of a branch that does not `return`; when the returned
+    value is a tuple (`return output, output_id` inside SDN's loop over blocks), the other side's
+    entry is a TupleEntry."""
+
+    def like(entry: Any, other: Any) -> Any:
+        if isinstance(entry, Constant) and entry.value is UNINITIALIZED and isinstance(other, TupleEntry):
+            return TupleEntry(tuple(like(Constant(UNINITIALIZED), item) for item in other.items))
+        return entry
+
+    return like(a, b), like(b, a)
+
 
 # The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
 # one: avg_pool2d(x, 2) maps heights 10 and 11 both to 5, and that output height was typed static
