@@ -33,3 +33,34 @@ def test_a_zero_dim_constant_tensor_exports_and_runs(tmp_path, monkeypatch) -> N
             want, want_count = model(x)
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
             assert count == want_count == 1
+
+
+class _LoopInABranch(nn.Module):
+    """A `for` with a data-dependent `break` inside an `if` (fuzzer seed 225): iree-compile 3.13 fails on
+    the compiled host's scf.while ("failed to legalize unresolved target materialization from ('i64') to
+    ('!stream.resource<*>', 'index')"), so the bundle falls back to the Python host."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        if bool(h.mean() < 0.178134):
+            h = torch.tanh(h)
+        else:
+            for _ in range(6):
+                if h.sum() > 17.4707:
+                    break
+                h = h * 0.75 + 0.125
+        return h
+
+
+def test_an_iree_compile_failure_of_the_compiled_host_names_the_construct(tmp_path) -> None:
+    import re
+
+    model = _LoopInABranch()
+    bundle = dycl_iree.export(model, (torch.ones(1, 4),))
+    reason = bundle.manifest["compiled_host_unsupported"]
+    assert bundle.host == "python" and reason is not None
+    assert re.search(r"loop\d+ .*test_fuzz_regressions\.py:\d+", reason), reason
+    run = dycl_iree.load(bundle.save(tmp_path / "loop.dycl"), host="python")
+    for fill in (1.0, -1.0, 5.0, 0.5):  # tanh side; the loop to its cap; a break at once; a break later
+        x = torch.full((1, 4), fill)
+        np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6)

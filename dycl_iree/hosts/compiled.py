@@ -206,6 +206,7 @@ class _Emitter(Emitter):
         self.names: dict[Value, str] = {}
         self.types: dict[Value, str] = {}
         self.temporaries = itertools.count()
+        self.where = ['"main"']
         self.depth = 1
         # What the compiled host cannot express, each with where it is; the walk goes on past
         # each one so that the manifest lists them all, not only the first.
@@ -213,7 +214,7 @@ class _Emitter(Emitter):
 
     def block(self, block: Block) -> None:
         for node in block.nodes:
-            depth, names, types = self.depth, dict(self.names), dict(self.types)
+            depth, names, types, where = self.depth, dict(self.names), dict(self.types), list(self.where)
             try:
                 dispatch(self, node)
             except _DependsOnUnsupported:
@@ -225,12 +226,21 @@ class _Emitter(Emitter):
             else:
                 continue
             # Restore the walk's state and leave the node's outputs undefined for what follows.
-            self.depth, self.names, self.types = depth, names, types
+            self.depth, self.names, self.types, self.where = depth, names, types, where
             for value in node.outputs:
                 self.names.pop(value, None)
 
     def emit(self, line: str) -> None:
+        # Every op carries the decision it lies in as its location, so that an iree-compile error
+        # about `main` names the construct ("loop1 model.py:12") instead of a line of generated text.
+        if line[:1] in ('%', '"') or line.startswith(("torch.", "func.")) or line.startswith("} :"):
+            if not line.endswith("{"):
+                line += f" loc({self.where[-1]})"
         self.lines.append("  " * self.depth + line)
+
+    def located(self, label: str, source: str) -> str:
+        text = f"{label} {source}".strip().replace("\\", "/").replace('"', "'")
+        return f'"{text}"'
 
     def fresh(self) -> str:
         return f"%t{next(self.temporaries)}"
@@ -436,6 +446,7 @@ class _Emitter(Emitter):
         count = len(types)
         prefix = "" if count == 0 else (f"{result} = " if count == 1 else f"{result}:{count} = ")
         self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(types)}) {{")
+        self.where.append(self.located(node.label, node.source))
         for index, block in enumerate((node.then_block, node.else_block)):
             if index == 1:
                 self.emit("} else {")
@@ -447,7 +458,7 @@ class _Emitter(Emitter):
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
             self.depth -= 1
-        self.emit("}")
+        self.emit(f"}} loc({self.where.pop()})")
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, result if count == 1 else f"{result}#{position}", type_text)
 
@@ -484,6 +495,7 @@ class _Emitter(Emitter):
         block_args += [f"{p}: {t}" for p, t in zip(params, types)]
         self.emit(f"^bb0({', '.join(block_args)}):")
         self.depth += 1
+        self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
         index_param, *carried_params = node.body.params
         self.define(index_param, counter, "!torch.int")
@@ -508,6 +520,7 @@ class _Emitter(Emitter):
         self.names, self.types = saved
         self.depth -= 1
         self.emit(f"}} : (!torch.int, !torch.bool, {', '.join(carried_types)}) -> ({', '.join(carried_types)})")
+        self.where.pop()
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, f"{result}#{position + 1}", type_text)
 
