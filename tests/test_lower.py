@@ -5,6 +5,7 @@ reach IREE pre-transposed."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -300,9 +301,9 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
     modules: list[bytes] = []
     original = compile_module.compile_module
 
-    def keep(bytecode: bytes, target: str, cpu_threads: int = 1) -> bytes:
+    def keep(bytecode: bytes, target: str, cpu_threads: int = 1, **options: Any) -> bytes:
         modules.append(bytecode)
-        return original(bytecode, target, cpu_threads)
+        return original(bytecode, target, cpu_threads, **options)
 
     monkeypatch.setattr(driver, "compile_module", keep)
     torch.manual_seed(0)
