@@ -140,9 +140,10 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
         expected, expected_error = _run_reference(scripted, values)
         for host, run in runners.items():
             failure = _run_and_compare(run, values, expected, expected_error, lambda v=values: _run_wide(widened, v))
-            if failure is not None and failure["kind"] == "mismatch" and near_threshold(program, values):
-                # A decision within float32 rounding of its threshold may go either way on another
-                # summation order: not a defect, but counted.
+            if failure is not None and failure["kind"] == "mismatch" and _unstable(program, values, expected, widened):
+                # A decision within float32 rounding of its threshold, or an argmax between near ties,
+                # may go either way on another summation order (PyTorch's own float64 run disagrees
+                # with its float32 run): not a defect, but counted.
                 result.setdefault("near_threshold", []).append({"case": label, "host": host})
             elif failure is not None:
                 result["failures"].append({"case": label, "host": host, **failure})
@@ -151,6 +152,33 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _unstable(program: Program, values: tuple, expected: Any, widened: Any) -> bool:
+    """Whether PyTorch itself takes another path in float64 (a decision or an argmax on near ties):
+    its float64 outputs differ from its float32 ones far beyond rounding (1e-3 relative)."""
+    if near_threshold(program, values):
+        return True
+    try:
+        wide = flatten(_run_wide(widened, values))
+    except Exception:
+        return False
+    for narrow, exact in zip(flatten(expected), wide):
+        if isinstance(narrow, torch.Tensor) and narrow.is_floating_point():
+            a, b = narrow.double().numpy(), exact.numpy()
+            if a.shape != b.shape or not np.allclose(
+                a, b, rtol=1e-3, atol=1e-4 * (1 + np.nanmax(np.abs(b), initial=0)), equal_nan=True
+            ):
+                return True
+        elif isinstance(narrow, torch.Tensor):
+            if not torch.equal(narrow, exact):
+                return True
+        elif narrow != exact:
+            if not isinstance(narrow, float):
+                return True
+            if not (math.isclose(narrow, exact, rel_tol=1e-3) or (math.isnan(narrow) and math.isnan(exact))):
+                return True
+    return False
 
 
 def near_threshold(program: Program, values: tuple, tolerance: float = 1e-4) -> bool:
