@@ -177,6 +177,9 @@ def fallback_table(results: list[dict]) -> str:
     if failures:
         lines.append("failed runs, by host and kind:")
         lines += [f"  {count:4d}  {kind}" for kind, count in failures.most_common()]
+    unstable = sum(len(r.get("near_threshold", [])) for r in results)
+    if unstable:
+        lines.append(f"runs that differ where PyTorch's float64 run takes another path (not failures): {unstable}")
     others = [r for r in results if r["status"] not in ("ok", "unsupported", "mismatch")]
     for result in others:
         lines.append(f"  seed {result['seed']}: {result['status']}: {(result.get('export_error') or '')[:150]}")
