@@ -492,3 +492,20 @@ def test_run_picks_a_device_that_runs_the_bundle(exported, tmp_path: Path, capsy
         assert int(saved["output1"]) == expected_steps
     assert main(["run", str(path), "--device", "local-sync"]) == 2
     _one_error_line(capsys, str(path), "CPU")  # the runtime's message: no vmfb for this CPU
+
+
+def test_inspect_shows_dim_names_and_ranges_and_a_bad_dims_entry_is_a_bundle_error(paired, tmp_path: Path, capsys):
+    import json
+    import shutil
+
+    _, _, path = paired
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "signature (x: float32[batch,8], y: float32[batch,8]) -> (float32[?,8])" in text
+    assert "  x dim 0: batch in 1..8" in text and "  y dim 0: batch in 1..8" in text
+    damaged = shutil.copytree(path, tmp_path / "damaged.dycl")
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    manifest["inputs"][0]["dims"] = [{"dim": 5, "name": "batch", "min": 1, "max": 8}]
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(dycl_iree.BundleError, match="input 0 \\('x'\\) has malformed 'dims'"):
+        dycl_iree.load(damaged)
