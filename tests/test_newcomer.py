@@ -509,3 +509,14 @@ def test_inspect_shows_dim_names_and_ranges_and_a_bad_dims_entry_is_a_bundle_err
     (damaged / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(dycl_iree.BundleError, match="input 0 \\('x'\\) has malformed 'dims'"):
         dycl_iree.load(damaged)
+
+
+def test_export_stays_callable_after_its_module_is_imported() -> None:
+    """Python binds `dycl_iree.export` to the submodule when a program imports `dycl_iree.export`."""
+    code = (
+        "import dycl_iree.export, torch\n"
+        "bundle = dycl_iree.export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))\n"
+        "print(type(bundle).__name__, bundle.host)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.stdout.strip() == "Bundle compiled", result.stderr[-2000:]
