@@ -8,10 +8,10 @@ latency of PyTorch eager and of both hosts.
 The timing is fair by construction: every side runs on one thread (PyTorch with
 `torch.set_num_threads(1)`, IREE's `local-sync` driver), the sides take turns within each round
 (so a burst of other work hits all of them), and each figure is the median over the rounds with
-its spread (min-max). A speedup is printed only when the spreads allow it: when the fastest and
-slowest rounds would give ratios more than a factor 2 apart, the demo says the machine was too
-noisy instead of printing a number. A busy machine (load average at or above its core count) is
-reported before the figures.
+its spread (min-max). A speedup is the median of the rounds' ratios (each round compares the sides
+under the same load), with their quartiles, and is printed only when the quartiles agree within a
+factor 1.5; otherwise the demo says the machine was too noisy instead of printing a number. A busy
+machine (load average at or above its core count) is reported before the figures.
 
 Example:
     python -m dycl_iree demo --rounds 9 --keep demo-bundles
@@ -38,8 +38,8 @@ DEMO_MODELS = ("ranet", "transformer_translator")
 # A round times each side for at least this long (several calls), so that timer resolution and
 # one-off stalls do not decide a figure.
 _ROUND_SECONDS = 0.02
-# A ratio is printed only when its best and worst cases are within this factor of each other.
-_MAX_RATIO_SPREAD = 2.0
+# A ratio is printed only when the quartiles of the rounds' ratios are within this factor of each other.
+_MAX_RATIO_SPREAD = 1.5
 
 
 @dataclass
@@ -78,12 +78,19 @@ def time_interleaved(sides: dict[str, Callable[[], Any]], rounds: int) -> dict[s
 
 
 def speedup_text(baseline: Timing, candidate: Timing) -> str | None:
-    """`"4.9x (4.1-5.8)"`: the ratio of medians and its worst/best case, or None when the data cannot carry one."""
-    low = min(baseline.rounds) / max(candidate.rounds)
-    high = max(baseline.rounds) / min(candidate.rounds)
+    """`"4.9x (4.1-5.8)"`: the median of the per-round ratios and their quartiles, or None when the data
+    cannot carry a ratio.
+
+    The sides take turns within a round, so a round's ratio compares them under the same load. The
+    ratio is reported only when the middle half of the rounds' ratios agree within a factor
+    `_MAX_RATIO_SPREAD`: one round in which another process took the core does not decide it, a
+    machine whose load keeps changing does.
+    """
+    ratios = [b / c for b, c in zip(baseline.rounds, candidate.rounds)]
+    low, _, high = statistics.quantiles(ratios, n=4)
     if high / low > _MAX_RATIO_SPREAD:
         return None
-    return f"{baseline.median / candidate.median:.1f}x ({low:.1f}-{high:.1f})"
+    return f"{statistics.median(ratios):.1f}x ({low:.1f}-{high:.1f})"
 
 
 def busy_note() -> str | None:
@@ -178,7 +185,10 @@ def main(rounds: int = 7, keep: str | None = None) -> int:
                 "eager ms",
                 *[f"{host} host ms" for host in hosts],
                 *[f"{host} vs eager" for host in hosts],
-                caption=f"median (min-max) over {rounds} interleaved rounds, 1 thread each",
+                caption=(
+                    f"ms: median (min-max) over {rounds} interleaved rounds, 1 thread each; "
+                    "vs eager: median (quartiles) of the rounds' ratios"
+                ),
             )
             ratios: dict[str, list[float | None]] = {host: [] for host in hosts}
             for index, sample in enumerate(entry.samples()):
@@ -191,8 +201,8 @@ def main(rounds: int = 7, keep: str | None = None) -> int:
                     timings = time_interleaved(sides, rounds)
                 texts = {host: speedup_text(timings["eager"], timings[host]) for host in hosts}
                 for host in hosts:
-                    ok = texts[host] is not None
-                    ratios[host].append(timings["eager"].median / timings[host].median if ok else None)
+                    per_round = [e / h for e, h in zip(timings["eager"].rounds, timings[host].rounds)]
+                    ratios[host].append(statistics.median(per_round) if texts[host] is not None else None)
                 table.add_row(
                     str(index),
                     _path_of(name, expected),
