@@ -35,8 +35,10 @@ class _StatusLine:
     def set(self, message: str) -> None:
         self.message, self.since = message, time.perf_counter()
 
-    def __rich__(self) -> str:
-        return f"{self.message}  [dim]{time.perf_counter() - self.since:.0f} s[/dim]"
+    def __rich__(self) -> Any:
+        from rich.text import Text  # Text, not markup: a message may hold brackets (`x[0]`)
+
+        return Text.assemble(self.message, (f"  {time.perf_counter() - self.since:.0f} s", "dim"))
 
 
 class _Handler(logging.Handler):
@@ -57,7 +59,9 @@ class _Handler(logging.Handler):
         if self.terminal:
             self.line.set(message.strip())
             if step:
-                self.status.console.print(f"[dim]{self._elapsed()}[/dim] {message}", highlight=False)
+                from rich.text import Text
+
+                self.status.console.print(Text.assemble((self._elapsed(), "dim"), " ", message))
         elif step:
             self.last_step = (time.perf_counter(), message)
             self.next_heartbeat = _HEARTBEAT_SECONDS

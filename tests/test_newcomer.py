@@ -523,3 +523,22 @@ def test_export_stays_callable_after_its_module_is_imported() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.stdout.strip() == "Bundle compiled", result.stderr[-2000:]
+
+
+def test_progress_on_a_terminal_shows_steps_and_the_current_step_time_verbatim() -> None:
+    import io
+
+    from dycl_iree import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with progress.show_progress(stream):
+        progress.LOGGER.info("lowering x[0] [bold]of 3")  # brackets are text, not rich markup
+        progress.LOGGER.debug("compiling [red]seg1")
+        time.sleep(0.3)
+    out = stream.getvalue()
+    assert "s\x1b[0m lowering x[0] [bold]of 3\n" in out  # the step, kept above the status line
+    assert "compiling [red]seg1" in out and "  0 s" in out  # the status line: sub-step and its time
