@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -64,3 +65,50 @@ def test_an_iree_compile_failure_of_the_compiled_host_names_the_construct(tmp_pa
     for fill in (1.0, -1.0, 5.0, 0.5):  # tanh side; the loop to its cap; a break at once; a break later
         x = torch.full((1, 4), fill)
         np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6)
+
+
+class _TwiceYieldedBuffer(nn.Module):
+    """The second `if` reads tensors the first one yielded from one IREE allocation (issue defect 2)."""
+
+    def forward(self, x: torch.Tensor):
+        h = x * 2.0
+        acc = x
+        if bool(h.sum() > 0.0):
+            x = torch.relu(x)
+        else:
+            h = torch.abs(x)
+            acc = torch.cat([acc, h], 0)
+        if bool(x.max() > 1.0):
+            return acc
+        return torch.cat([acc, h], 0)
+
+
+@pytest.fixture(scope="module")
+def twice_yielded(tmp_path_factory: pytest.TempPathFactory):
+    bundle = dycl_iree.export(_TwiceYieldedBuffer(), (torch.ones(1, 8),))
+    assert bundle.host == "compiled"
+    return bundle.save(tmp_path_factory.mktemp("twice") / "twice.dycl")
+
+
+@pytest.mark.parametrize("fill", [1.0, 3.0, -1.0, -3.0])
+def test_python_host_on_the_twice_yielded_buffer_program(twice_yielded, fill: float) -> None:
+    x = torch.full((1, 8), fill)
+    np.testing.assert_allclose(dycl_iree.load(twice_yielded, host="python")(x.numpy()), _TwiceYieldedBuffer()(x))
+
+
+@pytest.mark.parametrize("fill", [1.0, 3.0])
+def test_compiled_host_on_the_then_side(twice_yielded, fill: float) -> None:
+    x = torch.full((1, 8), fill)
+    np.testing.assert_allclose(dycl_iree.load(twice_yielded)(x.numpy()), _TwiceYieldedBuffer()(x))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,  # iree.runtime raises OUT_OF_RANGE as IndexError
+    reason="IREE 3.13 VM: the else side branches with one buffer ref passed twice and a later "
+    "hal.command_buffer.copy_buffer gets a null buffer (OUT_OF_RANGE); see README's traps",
+)
+@pytest.mark.parametrize("fill", [-1.0, -3.0])
+def test_compiled_host_on_the_else_side(twice_yielded, fill: float) -> None:
+    x = torch.full((1, 8), fill)
+    np.testing.assert_allclose(dycl_iree.load(twice_yielded)(x.numpy()), _TwiceYieldedBuffer()(x))
