@@ -30,9 +30,38 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_as_reduction
+    table[aten.zeros.default] = lambda size, **options: filled_of_run_time_size(size, 0.0, **options)
+    table[aten.ones.default] = lambda size, **options: filled_of_run_time_size(size, 1.0, **options)
+    table[aten.full.default] = filled_of_run_time_size
     table.update(_KEEPING_NAN)
     table.update(_IN_RANGE)
     return table
+
+
+def filled_of_run_time_size(
+    size: Sequence[Any],
+    fill_value: Any,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+) -> torch.Tensor:
+    """`torch.zeros / ones / full` whose size is only known at run time, as a broadcast scalar made
+    contiguous.
+
+    PyTorch's decomposition allocates with `empty_strided(size, contiguous strides)`, and the
+    stride of a leading dim of size 1 is `torch.sym_max(n, 1) * ...`, which torch-mlir's importer
+    cannot import ("Unimplemented call_function: sym_max"): `torch.zeros(1, x.size(0), hidden)`,
+    the initial state of every RNN, failed for a dynamic batch. Static sizes keep the usual path.
+    """
+    if all(isinstance(dim, int) for dim in size):
+        return NotImplemented
+    if dtype is None:
+        dtype = torch.get_default_dtype() if isinstance(fill_value, float) else torch.int64
+        dtype = torch.bool if isinstance(fill_value, bool) else dtype
+    scalar = aten.scalar_tensor.default(fill_value, dtype=dtype, device=device)
+    return aten.clone.default(aten.expand.default(scalar, list(size)), memory_format=torch.contiguous_format)
 
 
 def convolution_channels_last(

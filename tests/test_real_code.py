@@ -265,6 +265,30 @@ class LstmInsideBranch(nn.Module):
         return out
 
 
+class BatchOfSequences(nn.Module):
+    """A batch whose size is only known at run time: an LSTM whose state is built from `x.size(0)`,
+    then a GRU without one (both states checked against the batch by nn.RNN's own code)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(10, 8, batch_first=True)
+        self.gru = nn.GRU(8, 6, batch_first=True)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h0 = torch.zeros(1, x.size(0), 8)
+        c0 = torch.zeros(1, x.size(0), 8)
+        out, (h, c) = self.lstm(x, (h0, c0))
+        out, h = self.gru(out)
+        return out, h
+
+
+def batch_of_sequences() -> tuple[nn.Module, tuple, list[tuple]]:
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(4)
+    samples = [(torch.randn(batch, 5, 10, generator=generator),) for batch in (2, 3, 1)]
+    return BatchOfSequences().eval(), samples[0], samples
+
+
 def recurrent_skipping() -> tuple[nn.Module, tuple, list[tuple]]:
     torch.manual_seed(3)
     model = RecurrentSkipping().eval()
@@ -319,7 +343,9 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple, list[tuple]]]] = {
     "gru_and_rnn": _plain(GruAndRnn, (1, 5, 10)),
     "recurrent_skipping": recurrent_skipping,
     "lstm_inside_branch": lstm_inside_branch,
+    "batch_of_sequences": batch_of_sequences,
 }
+DYNAMIC_SHAPES = {"batch_of_sequences": ({0: torch.export.Dim("batch")},)}
 # Which side of each model's decisions the samples must take (every model with a branch takes both).
 BRANCHING = {name for name in MODELS if name.startswith("exit_after_")} | {"recurrent_skipping", "lstm_inside_branch"}
 
@@ -332,7 +358,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory):
     def get(name: str) -> tuple[nn.Module, list[tuple], Any, Path]:
         if name not in cache:
             model, example, samples = MODELS[name]()
-            bundle = dycl_iree.export(model, example)
+            bundle = dycl_iree.export(model, example, dynamic_shapes=DYNAMIC_SHAPES.get(name))
             cache[name] = (model, samples, bundle, bundle.save(folder / f"{name}.dycl"))
         return cache[name]
 

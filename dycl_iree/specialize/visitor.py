@@ -120,6 +120,9 @@ class _Specializer:
         self.views: set[Value] = set()
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
+        # (tensor, dim) -> the run-time int it was created with (`torch.zeros(1, n, h)`), so that
+        # reading that size back gives the same value: `hx.size() != (1, n, h)` then folds.
+        self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
 
@@ -167,7 +170,7 @@ class _Specializer:
         self, block: torch._C.Block, params: Sequence[Any], mutated: Sequence[torch._C.Value]
     ) -> tuple[list[Node], list[Any], bool]:
         """Visit `block` into a fresh node list; return its nodes, results and whether it raised."""
-        saved_nodes, saved_raised = self.nodes, self.raised
+        saved_nodes, saved_raised, saved_dims = self.nodes, self.raised, dict(self.dim_sources)
         self.nodes, self.raised = [], False
         for ts_param, entry in zip(block.inputs(), params):
             self.bind(ts_param, entry)
@@ -176,7 +179,8 @@ class _Specializer:
         leaves, structure = flatten_entries(results)
         results = unflatten_entries(structure, [self.materialize(leaf, "") for leaf in leaves])
         nodes, raised = self.nodes, self.raised
-        self.nodes, self.raised = saved_nodes, saved_raised
+        # Sizes read inside the block are values of the block: reading them again after it reads anew.
+        self.nodes, self.raised, self.dim_sources = saved_nodes, saved_raised, saved_dims
         return nodes, results, raised
 
     # -- prim ops ----------------------------------------------------------------------------
@@ -302,6 +306,9 @@ class _Specializer:
                 if tensor_type.shape[dim] is not None:
                     items.append(Constant(tensor_type.shape[dim]))
                     continue
+                if (tensor, dim) in self.dim_sources:
+                    items.append(self.dim_sources[(tensor, dim)])
+                    continue
                 dim_arg: Arg = Constant(dim)
                 hint = tensor_type.hint[dim]
             else:
@@ -309,6 +316,8 @@ class _Specializer:
             # A shape read needs no device sync: the host knows every buffer's shape.
             value = self.new_value(ScalarType("int", hint), "size")
             self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source_of(node)))
+            if isinstance(dim_arg, Constant):
+                self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
             items.append(value)
         if len(inputs) == 1:
             all_constant = all(isinstance(i, Constant) for i in items)
@@ -744,6 +753,10 @@ class _Specializer:
                 return
             self.bind_constants(node, fold_scalar(kind, overload, [e.value for e in entries], source))
             return
+        if kind in ("aten::eq", "aten::ne") and len(entries) == 2:
+            left, right = (_int_items(entry) for entry in entries)
+            if left is not None and right is not None:
+                return self.visit_int_list_comparison(node, kind, left, right, source)
         if kind == "aten::__range_length":
             return self.visit_range_length(node, entries, source)
         if kind == "aten::__derive_index":
@@ -771,6 +784,25 @@ class _Specializer:
         value = self.new_value(type_, value_name(output))
         self.nodes.append(HostOp(target, tuple(entries), (value,), source))
         self.bind(output, value)
+
+    def visit_int_list_comparison(self, node: torch._C.Node, kind: str, left: tuple, right: tuple, source: str) -> None:
+        """`a == b` / `a != b` on lists of ints (shape checks such as nn.RNN's `hx.size() != expected`),
+        element by element: no list on the host (the compiled host has none to compare), and items
+        that are the same value or equal constants fold away."""
+        equal = kind == "aten::eq"
+        if len(left) != len(right):
+            self.bind(node.output(), Constant(not equal))
+            return
+        element, combine = ("aten::eq.int", "aten::__and__.bool") if equal else ("aten::ne.int", "aten::__or__.bool")
+        result: Any = Constant(equal)
+        for a, b in zip(left, right):
+            if a is b or same_constant(a, b):
+                continue
+            item = self.emit_host(element, (a, b), "bool", source)
+            result = item if isinstance(result, Constant) else self.emit_host(combine, (result, item), "bool", source)
+            if isinstance(result, Constant) and result.value != equal:
+                break  # one element decides
+        self.bind(node.output(), result)
 
     def emit_host(self, target: str, args: tuple, kind: str, source: str) -> Any:
         if all(isinstance(a, Constant) for a in args):
@@ -860,6 +892,12 @@ class _Specializer:
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
         self.nodes.append(TensorOp(target, tuple(args), tuple(kwargs), tuple(outputs), source, returns))
+        arguments = overload._schema.arguments
+        if arguments and arguments[0].name == "size" and args and isinstance(args[0], ListArg):
+            # A factory (zeros, ones, full, empty, rand...): its shape is the size list itself.
+            for dim, item in enumerate(args[0].items):
+                if isinstance(item, Value):
+                    self.dim_sources[(outputs[0], dim)] = item
         return outputs
 
     def visit_tensor_query(
@@ -912,7 +950,6 @@ class _Specializer:
             return [self.meta(item, perturb) for item in arg.items]
         raise SpecializeError(f"internal: cannot stand in for {arg!r}")
 
-
     def meta_constant(self, value: Any) -> Any:
         """A constant with every tensor in it on the meta device: also inside lists and tuples, such as
         the `_flat_weights` list `nn.LSTM` / `nn.GRU` / `nn.RNN` pass to `aten::lstm`, whose meta
@@ -934,6 +971,23 @@ _SCALAR_CONVERSIONS = {"aten::Int": "int", "aten::Float": "float", "aten::Bool":
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
+
+
+def _int_items(entry: Any) -> tuple | None:
+    """The items of a list of ints (constant, or a fixed-length list with run-time items), else None."""
+    if isinstance(entry, Constant) and isinstance(entry.value, list):
+        values = entry.value
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return tuple(Constant(v) for v in values)
+        return None
+    if isinstance(entry, ListArg):
+        for item in entry.items:
+            is_int = isinstance(item, Constant) and isinstance(item.value, int) and not isinstance(item.value, bool)
+            if not (is_int or (isinstance(item, Value) and item.type == ScalarType("int"))):
+                return None
+        return entry.items
+    return None
+
 
 def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
     """An uninitialized value takes the tuple structure of the other side's entry. TorchScript yields
