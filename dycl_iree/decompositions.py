@@ -30,12 +30,23 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_as_reduction
-    table[aten.zeros.default] = lambda size, **options: filled_of_run_time_size(size, 0.0, **options)
-    table[aten.ones.default] = lambda size, **options: filled_of_run_time_size(size, 1.0, **options)
-    table[aten.full.default] = filled_of_run_time_size
+    for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
+        table[op] = _filled_unless_static(table.get(op), fill_value)
     table.update(_KEEPING_NAN)
     table.update(_IN_RANGE)
     return table
+
+
+def _filled_unless_static(original: Any, fill_value: float | None) -> Any:
+    """`torch.zeros / ones` (`fill_value` given) or `full`: torch-mlir's decomposition (`original`)
+    when the size is static, `filled_of_run_time_size` when it is not."""
+
+    def decompose(size: Sequence[Any], *args: Any, **options: Any) -> torch.Tensor:
+        if all(isinstance(dim, int) for dim in size):
+            return original(size, *args, **options) if original is not None else NotImplemented
+        return filled_of_run_time_size(size, fill_value if fill_value is not None else args[0], **options)
+
+    return decompose
 
 
 def filled_of_run_time_size(
@@ -53,10 +64,11 @@ def filled_of_run_time_size(
     PyTorch's decomposition allocates with `empty_strided(size, contiguous strides)`, and the
     stride of a leading dim of size 1 is `torch.sym_max(n, 1) * ...`, which torch-mlir's importer
     cannot import ("Unimplemented call_function: sym_max"): `torch.zeros(1, x.size(0), hidden)`,
-    the initial state of every RNN, failed for a dynamic batch. Static sizes keep the usual path.
+    the initial state of every RNN, failed for a dynamic batch.
+
+    >>> filled_of_run_time_size([2, 3], 1.0).tolist()
+    [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
     """
-    if all(isinstance(dim, int) for dim in size):
-        return NotImplemented
     if dtype is None:
         dtype = torch.get_default_dtype() if isinstance(fill_value, float) else torch.int64
         dtype = torch.bool if isinstance(fill_value, bool) else dtype
