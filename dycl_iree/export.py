@@ -25,7 +25,6 @@ import re
 import sys
 import time
 import types
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from host_runtime.bundle_format import vmfb_file_name
@@ -50,6 +49,7 @@ from .lower import LoweredModule, explain_compile_error, first_error_line, lower
 from .partition import partition
 from .program import Program
 from .progress import LOGGER
+from .sources import relative_sources
 from .specialize import specialize
 
 
@@ -146,7 +146,7 @@ def export(
             raise explain_compile_error(program, targets[0], segment_error) from segment_error
 
     host = "compiled" if unsupported is None else "python"
-    relative = _relative_sources(model)
+    relative = relative_sources  # no path of this machine in the bundle (`sources`)
     files = {vmfb_file_name(target): vmfb for target, vmfb in compiled.items()}
     files[PYTHON_HOST] = relative(python_source).encode()
     files[PROGRAM_TEXT] = relative(program_text(program)).encode()
@@ -178,33 +178,6 @@ def _export_cache_on() -> bool:
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _relative_sources(model: Any) -> Callable[[str], str]:
-    """A function that rewrites absolute source paths in generated text: torch's files relative to
-    site-packages (`torch/nn/modules/linear.py:134`), the model's relative to its root (the folder
-    above its top-level package, `models/programs.py:43`), others relative to the working folder or
-    by name alone. A bundle then holds no path of the machine that built it, and its bytes do not
-    depend on where the project was checked out."""
-    import torch
-
-    roots = [Path(torch.__file__).resolve().parent.parent]
-    file = getattr(sys.modules.get(type(model).__module__), "__file__", None)
-    if file:
-        root = Path(file).resolve().parent
-        while (root / "__init__.py").exists() and root.parent != root:
-            root = root.parent
-        roots.append(root)
-    roots.append(Path.cwd().resolve())
-    prefixes = sorted({str(root) + "/" for root in roots}, key=len, reverse=True)
-    absolute = re.compile(r"(?<![\w.])/(?:[^\s\"':]+/)+(?=[^\s\"'/:]+\.py\b)")
-
-    def relative(text: str) -> str:
-        for prefix in prefixes:
-            text = text.replace(prefix, "")
-        return absolute.sub("", text)  # any other absolute folder: the file name is enough
-
-    return relative
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> str | None:

@@ -44,6 +44,7 @@ from ..program import (
     Value,
     dispatch,
 )
+from ..sources import relative_sources
 
 INT64_MAX = 9223372036854775807
 
@@ -239,7 +240,8 @@ class _Emitter(Emitter):
         self.lines.append("  " * self.depth + line)
 
     def located(self, label: str, source: str) -> str:
-        text = f"{label} {source}".strip().replace("\\", "/").replace('"', "'")
+        # The vmfb keeps these locations: no path of the building machine (`sources`).
+        text = relative_sources(f"{label} {source}".strip().replace("\\", "/").replace('"', "'"))
         return f'"{text}"'
 
     def fresh(self) -> str:
@@ -381,7 +383,7 @@ class _Emitter(Emitter):
         self.emit(f"{above} = torch.aten.ge.int {index_name}, {low_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{below} = torch.aten.lt.int {index_name}, {high_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
-        text = message.value.replace("\\", "/").replace('"', "'")
+        text = relative_sources(message.value.replace("\\", "/").replace('"', "'"))
         self.emit(f'torch.runtime.assert {inside}, "{text}"')
 
     def float_comparison(self, op: str, args: tuple, result: str) -> None:
