@@ -1,7 +1,7 @@
 """dycl_iree: ahead-of-time export of dynamic PyTorch networks to IREE.
 
 The pipeline, one stage per module: capture -> specialize -> partition -> lower -> hosts ->
-compile -> bundle; `dycl_iree/export.py` drives it. This module only names the public API.
+compile -> bundle; `dycl_iree/pipeline.py` drives it. This module only names the public API.
 
 Example:
     >>> import dycl_iree, torch
@@ -22,7 +22,7 @@ from .errors import CaptureError, CompileError, SpecializeError, UnsupportedOpEr
 
 if TYPE_CHECKING:
     from .bundle import Bundle
-    from .export import export
+    from .pipeline import export
 
 __all__ = [
     "__version__",
@@ -44,9 +44,9 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """`export` and `Bundle` import torch: load them on first use, so `load` alone stays torch-free."""
     if name == "export":
-        # Importing the submodule `dycl_iree.export` binds the package's `export` to the module:
-        # bind the function over it.
-        from .export import export as value
+        # The driver module is `pipeline`, not `export`: importing a submodule binds the package's
+        # attribute of that name to the module, which would hide the function.
+        from .pipeline import export as value
     elif name == "Bundle":
         from .bundle import Bundle as value
     else:

@@ -27,7 +27,7 @@ def bundle_copy(exported, tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def python_only_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bundle whose vmfb has no `main`: the exporter's fallback, forced for a model that has a compiled host."""
-    export_module = importlib.import_module("dycl_iree.export")
+    export_module = importlib.import_module("dycl_iree.pipeline")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export cache would return the compiled host
         patch.setattr(export_module, "_add_compiled_host", lambda program, lowered: "not built for this test")

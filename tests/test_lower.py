@@ -297,7 +297,7 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
     import dycl_iree.compile as compile_module
 
     # The driver holds its own reference to compile_module: record the modules it compiles there.
-    driver = importlib.import_module("dycl_iree.export")
+    driver = importlib.import_module("dycl_iree.pipeline")
     modules: list[bytes] = []
     original = compile_module.compile_module
 

@@ -514,10 +514,11 @@ def test_inspect_shows_dim_names_and_ranges_and_a_bad_dims_entry_is_a_bundle_err
         dycl_iree.load(damaged)
 
 
-def test_export_stays_callable_after_its_module_is_imported() -> None:
-    """Python binds `dycl_iree.export` to the submodule when a program imports `dycl_iree.export`."""
+def test_export_stays_callable_after_the_driver_module_is_imported() -> None:
+    """Python binds a package's attribute to a submodule of the same name when it is imported: the
+    driver is `dycl_iree.pipeline`, so that `dycl_iree.export` stays the function."""
     code = (
-        "import dycl_iree.export, torch\n"
+        "import dycl_iree.pipeline, torch\n"
         "bundle = dycl_iree.export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))\n"
         "print(type(bundle).__name__, bundle.host)\n"
     )

@@ -22,9 +22,7 @@ from __future__ import annotations
 import json
 import platform
 import re
-import sys
 import time
-import types
 from typing import Any, Callable, Sequence
 
 from host_runtime.bundle_format import vmfb_file_name
@@ -188,14 +186,3 @@ def _add_compiled_host(program: Program, lowered: LoweredModule) -> str | None:
         return str(reason)
     return None
 
-
-class _CallableDriver(types.ModuleType):
-    """Importing this module (`import dycl_iree.export`, `from dycl_iree.export import ...`) makes Python
-    set the package's attribute `export` to the module, over the function of the same name; the
-    module then forwards a call to the function, so `dycl_iree.export(model, ...)` works either way."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return export(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableDriver
