@@ -267,19 +267,22 @@ class LstmInsideBranch(nn.Module):
 
 class BatchOfSequences(nn.Module):
     """A batch whose size is only known at run time: an LSTM whose state is built from `x.size(0)`,
-    then a GRU without one (both states checked against the batch by nn.RNN's own code)."""
+    then a GRU and a tanh RNN without one (every state checked against the batch by nn.RNN's own
+    code)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lstm = nn.LSTM(10, 8, batch_first=True)
         self.gru = nn.GRU(8, 6, batch_first=True)
+        self.rnn = nn.RNN(6, 4, batch_first=True)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         h0 = torch.zeros(1, x.size(0), 8)
         c0 = torch.zeros(1, x.size(0), 8)
         out, (h, c) = self.lstm(x, (h0, c0))
         out, h = self.gru(out)
-        return out, h
+        out, h_rnn = self.rnn(out)
+        return out, h, h_rnn
 
 
 def batch_of_sequences() -> tuple[nn.Module, tuple, list[tuple]]:
