@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +114,34 @@ def test_compiled_host_on_the_then_side(twice_yielded, fill: float) -> None:
 def test_compiled_host_on_the_else_side(twice_yielded, fill: float) -> None:
     x = torch.full((1, 8), fill)
     np.testing.assert_allclose(dycl_iree.load(twice_yielded)(x.numpy()), _TwiceYieldedBuffer()(x))
+
+
+class _ListAppendedInABranch(nn.Module):
+    """`li.append(...)` on one side of nested `if`s (fuzzer seeds 195, 254): iree-compile rejected the
+    compiled host ('scf.if' ... 'tensor<2xi64>' should match 'tensor<?xi64>')."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        li: List[int] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        li.append(int(h.argmax()))
+        if bool(h.norm() > 2.0):
+            if float(h.sum()) < 5.0:
+                h = h * 0.75 + 0.125
+                li.append(int(h.argmax()))
+        return h, li
+
+
+def test_a_list_appended_to_in_a_branch_gets_the_compiled_host(tmp_path) -> None:
+    model = _ListAppendedInABranch()
+    bundle = dycl_iree.export(model, (torch.ones(1, 4),))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "list.dycl")
+    lengths = set()
+    for x in (torch.ones(1, 4), torch.full((1, 4), 3.0), torch.tensor([[0.1, 0.2, 3.0, 0.0]])):
+        want_h, want_list = torch.jit.script(model)(x)
+        lengths.add(len(want_list))
+        for host in ("compiled", "python"):
+            got_h, got_list = dycl_iree.load(path, host=host)(x.numpy())
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-6)
+            assert got_list == want_list, (host, got_list, want_list)
+    assert lengths == {1, 2}  # both sides of the inner `if` taken

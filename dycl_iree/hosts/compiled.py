@@ -110,8 +110,9 @@ def _list_construct(emitter: _Emitter, node: HostOp, result: str) -> str:
 def _list_append(emitter: _Emitter, node: HostOp, result: str) -> str:
     mlir_type(node.outputs[0].type)
     items, _ = emitter.operand(node.args[0], _INT_LIST)
-    row = emitter.int_element(node.args[1])
-    emitter.concatenate([items, row], [_INT_LIST, "!torch.vtensor<[1],si64>"], result)
+    row = emitter.fresh()
+    emitter.of_unknown_length(emitter.int_element(node.args[1]), "!torch.vtensor<[1],si64>", 1, row)
+    emitter.concatenate([items, row], [_INT_LIST, _INT_LIST], result)
     return _INT_LIST
 
 
@@ -421,14 +422,36 @@ class _Emitter(Emitter):
         return row
 
     def int_list(self, items: tuple, result: str) -> None:
-        """`result` = the int64 tensor of `items` (each an int Value or Constant)."""
+        """`result` = the int64 tensor of `items` (each an int Value or Constant).
+
+        Its length, and that of each element appended, is hidden behind an optimization barrier:
+        torch-mlir would otherwise refine a list appended to on one side of an `if` to a static
+        `tensor<2xi64>`, which no longer matches the `scf.if`'s `tensor<?xi64>` result ("successor
+        operand type ... should match"), or a static row inside a dynamic list ("'flow.tensor.update'
+        op value set has 0 dynamic dimensions but only 1 dimension values are attached").
+        """
+        built = self.fresh()
         if not items:
             empty = self.fresh()
             self.emit(f"{empty} = torch.vtensor.literal(dense<> : tensor<0xsi64>) : !torch.vtensor<[0],si64>")
-            self.emit(f"{result} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {_INT_LIST}")
-            return
-        rows = [self.int_element(item) for item in items]
-        self.concatenate(rows, ["!torch.vtensor<[1],si64>"] * len(rows), result)
+            self.emit(f"{built} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {_INT_LIST}")
+        else:
+            rows = [self.int_element(item) for item in items]
+            self.concatenate(rows, ["!torch.vtensor<[1],si64>"] * len(rows), built)
+        self.of_unknown_length(built, _INT_LIST, len(items), result)
+
+    def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str) -> None:
+        """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
+        constant, bits, kept, opaque = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{constant} = torch.constant.int {length}")
+        self.emit(f'{bits} = "torch_c.to_i64"({constant}) : (!torch.int) -> i64')
+        self.emit(f'{kept} = "util.optimization_barrier"({bits}) : (i64) -> i64')
+        self.emit(f'{opaque} = "torch_c.from_i64"({kept}) : (i64) -> !torch.int')
+        zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
+        self.emit(
+            f"{result} = torch.aten.slice.Tensor {tensor}, {zero}, {zero}, {opaque}, {one} : "
+            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {_INT_LIST}"
+        )
 
     def concatenate(self, parts: list[str], types: list[str], result: str) -> None:
         zero = self.constant(0, None)[0]
