@@ -235,7 +235,7 @@ class _Emitter(Emitter):
     def emit(self, line: str) -> None:
         # Every op carries the decision it lies in as its location, so that an iree-compile error
         # about `main` names the construct ("loop1 model.py:12") instead of a line of generated text.
-        if line[:1] in ('%', '"') or line.startswith(("torch.", "func.")) or line.startswith("} :"):
+        if line[:1] in ("%", '"') or line.startswith(("torch.", "func.")) or line.startswith("} :"):
             if not line.endswith("{"):
                 line += f" loc({self.where[-1]})"
         self.lines.append("  " * self.depth + line)
@@ -488,6 +488,99 @@ class _Emitter(Emitter):
             self.define(value, result if count == 1 else f"{result}#{position}", type_text)
 
     def loop(self, node: Loop) -> None:
+        """A loop as `scf.if (start) { scf.while do-while }`, its carried values in builtin types.
+
+        Written out here rather than as `torch.prim.Loop`: torch-mlir lowers that to an `scf.while`
+        whose first argument is the carried condition, which IREE 3.13 lowers right in only some
+        places; elsewhere its stream conversion shifts the other arguments by one ("failed to legalize
+        unresolved target materialization from ('i64') to ('!stream.resource<*>', 'index')", about 8%
+        of the fuzzer's programs, e.g. a `for` with a `break` inside an `if`). The do-while form, body
+        in the `before` region and the condition computed there, is the one IREE handles everywhere,
+        and an `scf.while` has none of `torch.prim.Loop`'s trip-count traps (ENVIRONMENT.md).
+        """
+        carried = ["!torch.int", *[mlir_type(v.type) for v in node.outputs]]
+        builtins = [_builtin_type(type_text) for type_text in carried]
+        if None in builtins:
+            return self.prim_loop(node)
+        types = carried[1:]
+        trip, _ = self.operand(node.trip_count, "!torch.int")
+        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        zero = self.constant(0, None)[0]
+        start = self.fresh()
+        self.emit(f"{start} = torch.aten.lt.int {zero}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(node.condition, Constant) and node.condition.value is True):
+            condition, _ = self.operand(node.condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(
+                f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool"
+            )
+            start = both
+        start_bit = self.to_builtin(start, "!torch.bool")
+        entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
+        listed = ", ".join(builtins)
+        count = len(builtins)
+        result, looped = self.fresh(), self.fresh()
+        self.emit(f"{result}:{count} = scf.if {start_bit} -> ({listed}) {{")
+        self.depth += 1
+        arguments = [self.fresh() for _ in builtins]
+        bindings = ", ".join(f"{a} = {v}" for a, v in zip(arguments, entry_values))
+        self.emit(f"{looped}:{count} = scf.while ({bindings}) : ({listed}) -> ({listed}) {{")
+        self.depth += 1
+        self.where.append(self.located(node.label, node.source))
+        saved = dict(self.names), dict(self.types)
+        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(arguments, carried)]
+        index_param, *carried_params = node.body.params
+        self.define(index_param, counter, "!torch.int")
+        for value, name, type_text in zip(carried_params, params, types):
+            self.define(value, name, type_text)
+        self.block(node.body)
+        body_condition = node.body.results[0]
+        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
+        one = self.constant(1, None)[0]
+        following = self.fresh()
+        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
+        go = self.fresh()
+        self.emit(f"{go} = torch.aten.lt.int {following}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(body_condition, Constant) and body_condition.value is True):
+            keep_going, _ = self.operand(body_condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
+            go = both
+        go_bit = self.to_builtin(go, "!torch.bool")
+        next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
+        self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
+        self.names, self.types = saved
+        self.depth -= 1
+        after = [self.fresh() for _ in builtins]
+        self.emit("} do {")
+        self.emit(f"^bb0({', '.join(f'{a}: {t}' for a, t in zip(after, builtins))}):")
+        self.emit(f"  scf.yield {', '.join(after)} : {listed}")
+        self.emit("}")
+        self.emit(f"scf.yield {', '.join(f'{looped}#{i}' for i in range(count))} : {listed}")
+        self.depth -= 1
+        self.emit("} else {")
+        self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
+        self.emit("}")
+        self.where.pop()
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
+
+    def to_builtin(self, name: str, type_text: str) -> str:
+        builtin = _builtin_type(type_text)
+        converted = self.fresh()
+        op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
+        self.emit(f'{converted} = "{op}"({name}) : ({type_text}) -> {builtin}')
+        return converted
+
+    def from_builtin(self, name: str, type_text: str) -> str:
+        builtin = _builtin_type(type_text)
+        converted = self.fresh()
+        op = _FROM_BUILTIN.get(type_text, "torch_c.from_builtin_tensor")
+        self.emit(f'{converted} = "{op}"({name}) : ({builtin}) -> {type_text}')
+        return converted
+
+    def prim_loop(self, node: Loop) -> None:
+        """The loop as `torch.prim.Loop` (carried tensors of dtypes `_builtin_type` does not map)."""
         trip, _ = self.operand(node.trip_count, "!torch.int")
         types = [mlir_type(v.type) for v in node.outputs]
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
@@ -548,6 +641,30 @@ class _Emitter(Emitter):
         self.where.pop()
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, f"{result}#{position + 1}", type_text)
+
+
+_TO_BUILTIN = {"!torch.int": "torch_c.to_i64", "!torch.bool": "torch_c.to_i1", "!torch.float": "torch_c.to_f64"}
+_FROM_BUILTIN = {"!torch.int": "torch_c.from_i64", "!torch.bool": "torch_c.from_i1", "!torch.float": "torch_c.from_f64"}
+_BUILTIN_SCALARS = {"!torch.int": "i64", "!torch.bool": "i1", "!torch.float": "f64"}
+_BUILTIN_ELEMENTS = {
+    **{name: name for name in ("f32", "f64", "f16", "bf16", "i1")},
+    **{f"si{bits}": f"i{bits}" for bits in (64, 32, 16, 8)},
+}
+
+
+def _builtin_type(type_text: str) -> str | None:
+    """The builtin MLIR type torch_c converts a torch type to (`!torch.vtensor<[1,?],f32>` ->
+    `tensor<1x?xf32>`), or None where this host does not map it (unsigned tensors)."""
+    if type_text in _BUILTIN_SCALARS:
+        return _BUILTIN_SCALARS[type_text]
+    if not type_text.startswith("!torch.vtensor<["):
+        return None
+    dims, element = type_text[len("!torch.vtensor<[") : -1].split("],")
+    builtin = _BUILTIN_ELEMENTS.get(element)
+    if builtin is None:
+        return None
+    shape = "x".join(dims.split(",")) if dims else ""
+    return f"tensor<{shape}x{builtin}>" if shape else f"tensor<{builtin}>"
 
 
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
