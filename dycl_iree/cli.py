@@ -28,6 +28,8 @@ from host_runtime.bundle_format import MANIFEST
 from host_runtime.errors import DyclError
 
 from .compile import cpu_threads_of
+from .emit_c import add_subcommand as add_emit_c
+from .emit_c import emit_c
 from .run_inputs import read_inputs, read_npz, write_outputs
 
 PROGRAM = "python -m dycl_iree"
@@ -77,6 +79,7 @@ def _add_export(commands: Any) -> None:
     export.add_argument(
         "--no-cache", action="store_true", help="compile from scratch: neither read nor write the cache"
     )
+    export.add_argument("--emit-c", metavar="DIR", help="also write the typed C function (<name>.h/.c) to DIR")
     export.set_defaults(handler=_export)
 
 
@@ -121,6 +124,9 @@ def _export(args: argparse.Namespace) -> int:
     )
     for target in manifest["targets"]:
         print(f"  {target}: {bundle.size(target):,} bytes (weights {manifest['weight_bytes']:,} bytes)")
+    if args.emit_c:
+        for path in emit_c(output, args.emit_c):
+            print(f"  wrote {path}")
     print(f"next: {PROGRAM} run {output}   (on the example inputs stored in the bundle)")
     return 0
 
@@ -446,6 +452,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     _add_demo,
     _add_bench,
     _add_cache,
+    add_emit_c,
 ]
 
 

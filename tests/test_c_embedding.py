@@ -307,3 +307,13 @@ def test_generator_refuses_what_c_cannot_run(exported, c_bundles, tmp_path: Path
         emit_c(c_bundles("early_exit").path, tmp_path, cpu="riscv64")
     with pytest.raises(BundleError, match="has no target 'vulkan'"):
         emit_c(c_bundles("early_exit").path, tmp_path, target="vulkan")
+
+
+def test_command_line_emits_c(c_bundles, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from dycl_iree.cli import main
+
+    assert main(["emit-c", str(c_bundles("for_break").path), "-o", str(tmp_path), "--cpu", "aarch64"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "for_break.h"), str(tmp_path / "for_break.c")]
+    assert "(target llvm-cpu:aarch64-linux-gnu)" in (tmp_path / "for_break.h").read_text()
+    assert main(["emit-c", str(c_bundles("for_break").path), "-o", str(tmp_path), "--cpu", "riscv64"]) == 2
+    assert "error: " in capsys.readouterr().err
