@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,11 +299,17 @@ def test_generated_header_types_every_kind_of_value(c_bundles, tmp_path: Path) -
     assert "{DYCL_DYNAMIC_DIM, 8}" in batch
 
 
-def test_generator_refuses_what_c_cannot_run(exported, c_bundles, tmp_path: Path) -> None:
+def test_generator_refuses_what_c_cannot_run(c_bundles, tmp_path: Path) -> None:
     from dycl_iree.emit_c import emit_c
 
+    # A bundle that fell back to the Python host (its manifest says so; the files are unchanged).
+    python_only = tmp_path / "python_only.dycl"
+    shutil.copytree(c_bundles("early_exit").path, python_only)
+    manifest = json.loads((python_only / "manifest.json").read_text())
+    manifest.update(host="python", compiled_host_unsupported="a list output")
+    (python_only / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="has no compiled host .*the C runtime runs only the compiled `main`"):
-        emit_c(exported("while_cap").path, tmp_path)
+        emit_c(python_only, tmp_path)
     with pytest.raises(BundleError, match=r"no vmfb for this CPU \(riscv64\)"):
         emit_c(c_bundles("early_exit").path, tmp_path, cpu="riscv64")
     with pytest.raises(BundleError, match="has no target 'vulkan'"):
