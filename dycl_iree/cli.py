@@ -27,7 +27,7 @@ import numpy as np
 from host_runtime.bundle_format import MANIFEST
 from host_runtime.errors import DyclError
 
-from .compile import cpu_threads_of
+from .compile import cpu_threads_of, cuda_architecture_of
 from .emit_c import add_subcommand as add_emit_c
 from .emit_c import emit_c
 from .run_inputs import read_inputs, read_npz, write_outputs
@@ -305,6 +305,7 @@ def _target_line(manifest: dict[str, Any], target: str, entry: dict[str, Any]) -
     size = manifest["files"][entry["file"]]["size"]
     threads = cpu_threads_of(entry["flags"])
     split = f", code split for {plural(threads, 'thread')}" if threads else ""
+    split += f", for GPU architecture {architecture}" if (architecture := cuda_architecture_of(entry["flags"])) else ""
     return f"target {target}: {entry['file']} {size:,} bytes, weights {manifest['weight_bytes']:,} bytes{split}"
 
 

@@ -204,6 +204,15 @@ def test_cuda_bundles_record_their_architecture(cuda_bundles: dict[str, Path]) -
         assert (cuda_bundles["both"] / entry["file"]).stat().st_size > 0
 
 
+def test_inspect_shows_the_gpu_architecture(cuda_bundles: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
+    from dycl_iree.cli import main
+
+    assert main(["inspect", str(cuda_bundles["both"])]) == 0
+    printed = capsys.readouterr().out
+    assert "target cuda: cuda.vmfb" in printed and f"for GPU architecture {CUDA_ARCHITECTURE}" in printed
+    assert "for GPU architecture sm_86" in printed
+
+
 @pytest.mark.parametrize("architecture", ["sm_90", "sm_90a", "sm_100"])
 def test_cuda_architectures_iree_cannot_compile_are_refused_before_compiling(architecture: str) -> None:
     model, example_inputs, _ = make("early_exit")
