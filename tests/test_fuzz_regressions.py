@@ -143,3 +143,36 @@ def test_a_list_appended_to_in_a_branch_gets_the_compiled_host(tmp_path) -> None
             np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-6)
             assert got_list == want_list, (host, got_list, want_list)
     assert lengths == {1, 2}  # both sides of the inner `if` taken
+
+
+class _SmallerBatchThanItsBuffer(nn.Module):
+    """Fuzzer seeds 250, 484: with a dynamic batch, a loop's result can come back in a buffer sized for
+    another batch; the runtime read the whole mapping ("cannot reshape array of size 18 into (1,6)")."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        j = 0
+        while float(h.sum()) < 0.185979 and j < 4:
+            h = h + float(n) * 0.1
+            for _ in range(n):
+                if n > 4:
+                    break
+                h = h * 0.75 + 0.125
+                h = torch.clamp(h, -1.0, 1.0) + h * 0.5
+                if int(h.argmax()) > 1:
+                    break
+            j += 1
+        return h
+
+
+def test_a_result_smaller_than_its_buffer_reads_only_its_elements(tmp_path) -> None:
+    model = _SmallerBatchThanItsBuffer()
+    example = (torch.randn(3, 6, generator=torch.Generator().manual_seed(0)), 2)
+    path = dycl_iree.export(model, example, dynamic_shapes={"x": {0: "batch"}}).save(tmp_path / "b.dycl")
+    generator = torch.Generator().manual_seed(1)
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for batch in (1, 2, 3, 1):
+            for n in (0, 2, 5):
+                x = torch.randn(batch, 6, generator=generator) - 1.0
+                np.testing.assert_allclose(run(x.numpy(), n), model(x, n).numpy(), rtol=1e-5, atol=1e-6)
