@@ -180,3 +180,34 @@ def test_states_collected_in_a_loop_with_break_are_stacked_indexed_and_counted(c
     if steps > 1:
         # Some input breaks out early and some runs every step: both exits of the loop were taken.
         assert min(by_length) < steps and max(by_length) == steps, sorted(by_length)
+
+
+class Refine(nn.Module):
+    """A run-time list joined with fixed lists on either side: `torch.cat(states + [h])`."""
+
+    def forward(self, x, n: int):
+        h = x
+        states: List[torch.Tensor] = [x * 0.0]
+        for _ in range(n):
+            h = torch.tanh(h) + 0.3
+            states.append(h * 0.5)
+            if bool(h.mean() > 0.7):
+                break
+        return torch.cat(states + [h], 0), torch.stack([h] + states, 0)
+
+
+def test_a_run_time_list_concatenated_with_fixed_lists(tmp_path):
+    torch.manual_seed(0)
+    model = Refine()
+    scripted, compiled, python = _export(tmp_path, model, (torch.randn(1, 4), 3), "refine")
+    exits = set()
+    for n in (0, 1, 3, 6):
+        for scale in (-2.0, 2.0):
+            x = torch.randn(1, 4) * scale
+            with torch.no_grad():
+                want = scripted(x, n)
+            for host in (compiled, python):
+                _same(host(x.numpy(), n), want)
+            (trips,) = python.trip_counts.values()
+            exits.add("no iteration" if n == 0 else ("cap" if trips[-1] == n else "break"))
+    assert exits == {"no iteration", "cap", "break"}, exits

@@ -74,8 +74,6 @@ _LEGAL_HOST_OPS = {
     "aten::ge.int": "!torch.bool",
     "aten::eq.int": "!torch.bool",
     "aten::ne.int": "!torch.bool",
-    "aten::gt.float": "!torch.bool",
-    "aten::lt.float": "!torch.bool",
     "aten::__and__.bool": "!torch.bool",
     "aten::__or__.bool": "!torch.bool",
     "aten::Bool.int": "!torch.bool",
@@ -86,10 +84,6 @@ _LEGAL_HOST_OPS = {
     "aten::mul.float": "!torch.float",
     "aten::sub.float": "!torch.float",
 }
-
-
-# Comparisons emitted with their operands swapped (see host_op).
-_MIRRORED = {"aten::lt.float": "aten::gt.float"}
 
 
 # Comparisons with a float operand (TorchScript's `float_int` / `int_float` mix an int in), and the
@@ -358,10 +352,6 @@ class _Emitter(Emitter):
             result_type = _LIST_OPS[target](self, node, result)
         elif target in _LEGAL_HOST_OPS:
             args = node.args
-            if target in _MIRRORED:
-                # IREE 3.13 leaves the float constant of `aten.lt.float` unlegalized ("failed to legalize
-                # operation 'torch.constant.float'") where `aten.gt.float` converts: a < b as b > a.
-                target, args = _MIRRORED[target], tuple(reversed(args))
             result_type = _LEGAL_HOST_OPS[target]
             kind = target.split(".")[-1]
             want = {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}.get(kind)

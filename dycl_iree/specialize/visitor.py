@@ -658,6 +658,14 @@ class _Specializer:
                 (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
             self.bind(node.output(), result)
             return
+        if kind == "aten::add" and any(isinstance(e, TensorList) for e in entries):
+            # xs + [x] (or [x] + xs) with xs of run-time length: both stacked, then one cat.
+            element = self.list_element_type(next(e for e in entries if isinstance(e, TensorList)))[0]
+            left, right = (self.tensor_list(e, element, source) for e in entries)
+            cat = overload_of("aten::cat.default")
+            (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
+            self.bind(node.output(), TensorList(joined))
+            return
         if any(isinstance(e, TensorList) for e in entries) or not all(
             isinstance(e, (ListArg, Constant)) for e in entries
         ):
