@@ -496,15 +496,7 @@ class _Emitter(Emitter):
         trip, _ = self.operand(node.trip_count, "!torch.int")
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
         zero = self.constant(0, None)[0]
-        start = self.fresh()
-        self.emit(f"{start} = torch.aten.lt.int {zero}, {trip} : !torch.int, !torch.int -> !torch.bool")
-        if not (isinstance(node.condition, Constant) and node.condition.value is True):
-            condition, _ = self.operand(node.condition, "!torch.bool")
-            both = self.fresh()
-            self.emit(
-                f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool"
-            )
-            start = both
+        start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
@@ -519,23 +511,7 @@ class _Emitter(Emitter):
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(arguments, carried)]
-        index_param, *carried_params = node.body.params
-        self.define(index_param, counter, "!torch.int")
-        for value, name, type_text in zip(carried_params, params, types):
-            self.define(value, name, type_text)
-        self.block(node.body)
-        body_condition = node.body.results[0]
-        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
-        one = self.constant(1, None)[0]
-        following = self.fresh()
-        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
-        go = self.fresh()
-        self.emit(f"{go} = torch.aten.lt.int {following}, {trip} : !torch.int, !torch.int -> !torch.bool")
-        if not (isinstance(body_condition, Constant) and body_condition.value is True):
-            keep_going, _ = self.operand(body_condition, "!torch.bool")
-            both = self.fresh()
-            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
-            go = both
+        following, next_values, go = self.loop_body(node, counter, params, types, trip)
         go_bit = self.to_builtin(go, "!torch.bool")
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
@@ -554,6 +530,33 @@ class _Emitter(Emitter):
         self.where.pop()
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
+
+    def loop_condition(self, counter: str, trip: str, condition: Arg) -> str:
+        """`counter < trip and condition` (the condition left out when it is the constant true)."""
+        go = self.fresh()
+        self.emit(f"{go} = torch.aten.lt.int {counter}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(condition, Constant) and condition.value is True):
+            keep_going, _ = self.operand(condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
+            go = both
+        return go
+
+    def loop_body(
+        self, node: Loop, counter: str, params: list[str], types: list[str], trip: str
+    ) -> tuple[str, list[str], str]:
+        """One iteration: the body on (counter, *params); returns the next counter, the next carried
+        values and whether to go on (`counter + 1 < trip and body_condition`)."""
+        index_param, *carried_params = node.body.params
+        self.define(index_param, counter, "!torch.int")
+        for value, name, type_text in zip(carried_params, params, types):
+            self.define(value, name, type_text)
+        self.block(node.body)
+        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
+        one = self.constant(1, None)[0]
+        following = self.fresh()
+        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
+        return following, next_values, self.loop_condition(following, trip, node.body.results[0])
 
     def to_builtin(self, name: str, type_text: str) -> str:
         builtin = _builtin_type(type_text)
@@ -575,15 +578,7 @@ class _Emitter(Emitter):
         types = [mlir_type(v.type) for v in node.outputs]
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
         zero = self.constant(0, None)[0]
-        start = self.fresh()
-        self.emit(f"{start} = torch.aten.lt.int {zero}, {trip} : !torch.int, !torch.int -> !torch.bool")
-        if not (isinstance(node.condition, Constant) and node.condition.value is True):
-            condition, _ = self.operand(node.condition, "!torch.bool")
-            both = self.fresh()
-            self.emit(
-                f"{both} = torch.aten.__and__.bool {start}, {condition} : !torch.bool, !torch.bool -> !torch.bool"
-            )
-            start = both
+        start = self.loop_condition(zero, trip, node.condition)
         # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
         bit, kept, guarded = self.fresh(), self.fresh(), self.fresh()
         self.emit(f'{bit} = "torch_c.to_i1"({start}) : (!torch.bool) -> i1')
@@ -605,23 +600,7 @@ class _Emitter(Emitter):
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
-        index_param, *carried_params = node.body.params
-        self.define(index_param, counter, "!torch.int")
-        for value, name, type_text in zip(carried_params, params, types):
-            self.define(value, name, type_text)
-        self.block(node.body)
-        body_condition = node.body.results[0]
-        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
-        one = self.constant(1, None)[0]
-        following = self.fresh()
-        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
-        go = self.fresh()
-        self.emit(f"{go} = torch.aten.lt.int {following}, {trip} : !torch.int, !torch.int -> !torch.bool")
-        if not (isinstance(body_condition, Constant) and body_condition.value is True):
-            keep_going, _ = self.operand(body_condition, "!torch.bool")
-            both = self.fresh()
-            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
-            go = both
+        following, next_values, go = self.loop_body(node, counter, params, types, trip)
         self.emit(
             f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : {', '.join(carried_types)})"
         )
