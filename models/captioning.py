@@ -103,7 +103,7 @@ class ShowAttendTell(nn.Module):
             self.output_words.bias[END_TOKEN] += end_bias
         self.max_length = max_length
         # As the published captioners do, special tokens are looked up in the word map.
-        self.word_map: dict[str, int] = {"<pad>": 0, "<start>": START_TOKEN, "<end>": END_TOKEN}
+        self.word_map = {"<pad>": 0, "<start>": START_TOKEN, "<end>": END_TOKEN}
         self.start_token = START_TOKEN
         self.end_token = END_TOKEN
 
