@@ -459,7 +459,7 @@ def _model_check_failed(error: RuntimeError) -> ModelRaised | None:
     if marker not in text:
         return None
     message = text.split(marker, 1)[1].split("; \n")[0].strip()
-    if not message.startswith(("IndexError", "model raised")):
+    if not message.startswith(("IndexError", "RuntimeError", "model raised")):
         return None
     return ModelRaised(message)
 

@@ -162,6 +162,16 @@ def collect_states(tmp_path_factory):
     return _export(tmp_path_factory.mktemp("collect"), CollectStates(), (torch.randn(2, 4), 4), "collect")
 
 
+def test_stacking_a_run_time_list_that_stayed_empty_raises_as_in_pytorch(collect_states):
+    scripted, compiled, python = collect_states
+    x = torch.randn(2, 4)
+    with pytest.raises(RuntimeError, match="stack expects a non-empty TensorList"):
+        scripted(x, 0)
+    for host in (compiled, python):
+        with pytest.raises(dycl_iree.ModelRaised, match="stack expects a non-empty TensorList"):
+            host(x.numpy(), 0)
+
+
 @pytest.mark.parametrize("steps", [1, 3, 8])
 def test_states_collected_in_a_loop_with_break_are_stacked_indexed_and_counted(collect_states, steps):
     scripted, compiled, python = collect_states

@@ -33,6 +33,7 @@ from host_runtime import scalar_ops
 
 from ..capture import CapturedModel
 from ..errors import SpecializeError, UnsupportedOpError
+from ..guards import CHECK_INDEX
 from ..program import (
     Arg,
     Block,
@@ -644,6 +645,12 @@ class _Specializer:
         kind = node.kind()
         if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], TensorList):
             stacked = entries[0].value
+            length = self.list_length(entries[0], source)
+            if not isinstance(length, Constant):
+                # PyTorch refuses an empty list here; the stacked form would give an empty tensor.
+                message = _EMPTY_LIST_ERRORS[kind]
+                check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
+                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
             rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
             dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
             if not isinstance(dim, int):
@@ -976,6 +983,13 @@ class _Specializer:
 
 # Conversions of a host scalar to its own kind, which leave it as it is.
 _SCALAR_CONVERSIONS = {"aten::Int": "int", "aten::Float": "float", "aten::Bool": "bool"}
+
+# PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
+_EMPTY_LIST_ERRORS = {
+    "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
+    "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
+}
+INT64_MAX = 2**63 - 1
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
