@@ -22,6 +22,7 @@ from torch import Tensor, nn
 import dycl_iree
 from dycl_iree import decompositions
 from dycl_iree.program import If, Loop, iter_nodes
+from models.skipnet import RNNGate  # SkipNet's gate, as the zoo's skipnet_lstm_resnet38 writes it
 
 from .conftest import assert_matches, scripted
 
@@ -198,28 +199,6 @@ class GruAndRnn(nn.Module):
         out, h = self.gru(x, torch.zeros(1, 1, 8))
         out, h2 = self.rnn(out)
         return out, h, h2
-
-
-class RNNGate(nn.Module):
-    """SkipNet's recurrent gate (its `RNNGate`): an LSTM over the blocks, a 1x1 projection, sigmoid."""
-
-    def __init__(self, input_dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.hidden_dim = hidden_dim
-        self.rnn = nn.LSTM(input_dim, hidden_dim)
-        self.proj = nn.Conv2d(in_channels=hidden_dim, out_channels=1, kernel_size=1, stride=1)
-        self.prob = nn.Sigmoid()
-
-    def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor]:
-        return (torch.zeros(1, batch_size, self.hidden_dim), torch.zeros(1, batch_size, self.hidden_dim))
-
-    def forward(self, x: Tensor, hidden: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        batch_size = x.size(0)
-        out, hidden = self.rnn(x.view(1, batch_size, -1), hidden)
-        out = out.squeeze(0)
-        proj = self.proj(out.view(out.size(0), out.size(1), 1, 1)).squeeze()
-        prob = self.prob(proj)
-        return prob, hidden
 
 
 class RecurrentSkipping(nn.Module):
