@@ -32,7 +32,7 @@ from .peers.iree_config import limit_iree_threads
 from .report import cell
 
 
-class _Decide(torch.nn.Module):
+class Decide(torch.nn.Module):
     """One data-dependent decision around the cheapest possible tensor work."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -41,8 +41,8 @@ class _Decide(torch.nn.Module):
         return x - 1
 
 
-class _NoDecision(torch.nn.Module):
-    """The same tensor work with no decision: the baseline `_Decide` is compared against."""
+class NoDecision(torch.nn.Module):
+    """The same tensor work with no decision: the baseline `Decide` is compared against."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + 1
@@ -69,14 +69,14 @@ def _micro_callables(
 ) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[torch.Tensor], Any]]:
     """Return (decide, plain, convert) for `eager` or `dycl-<host>-<driver>`."""
     if configuration == "eager":
-        decide, plain = _Decide(), _NoDecision()
+        decide, plain = Decide(), NoDecision()
         return (lambda inputs: torch_call(decide, inputs)), (lambda inputs: torch_call(plain, inputs)), lambda x: (x,)
     _, host, driver = configuration.split("-", 2)
     dycl = dycl_module()
     if driver == "local-task":
         limit_iree_threads(threads)
     runs = []
-    for model in (_Decide(), _NoDecision()):
+    for model in (Decide(), NoDecision()):
         run = dycl.load(str(_bundle_path(folder, model)), device=driver, host=host)
         runs.append(lambda inputs, run=run: run(*inputs))
     return runs[0], runs[1], lambda x: (x.numpy(),)
@@ -95,7 +95,7 @@ def micro_benchmark(out_dir: str | Path, calls: int = 2000, rounds: int = 5, thr
     export_error: str | None = None
     try:  # export both bundles once; every host/driver pair loads the same two
         dycl = dycl_module()
-        for model in (_Decide(), _NoDecision()):
+        for model in (Decide(), NoDecision()):
             path = _bundle_path(folder, model)
             remove(path)
             dycl.export(model, (positive,), targets=("llvm-cpu",)).save(str(path))
@@ -114,7 +114,7 @@ def micro_benchmark(out_dir: str | Path, calls: int = 2000, rounds: int = 5, thr
                 decide, plain, convert = _micro_callables(configuration, folder, threads)
                 inputs = [convert(sample) for sample in samples]
                 result.matches = all(
-                    compare_outputs(_Decide()(sample), decide(converted)) is None
+                    compare_outputs(Decide()(sample), decide(converted)) is None
                     and compare_outputs(sample + 1, plain(converted)) is None
                     for sample, converted in zip(samples, inputs)
                 )

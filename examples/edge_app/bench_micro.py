@@ -21,19 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dycl_iree.bench.micro import Decide, NoDecision  # the models `bench --micro` times
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Decide(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.sum() > 0:
-            return x + 1
-        return x - 1
-
-
-class Plain(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + 1
 
 
 def build_app(bundle: Path, build_dir: Path, prefix: Path) -> Path:
@@ -93,7 +83,7 @@ def main() -> int:
         inputs.append(out / f"x{index}.npy")
         np.save(inputs[-1], array)
     apps, bundles = {}, {}
-    for name, model in (("decide", Decide()), ("plain", Plain())):
+    for name, model in (("decide", Decide()), ("plain", NoDecision())):
         bundles[name] = dycl_iree.export(model, (torch.from_numpy(positive),)).save(out / f"{name}.dycl")
         apps[name] = build_app(bundles[name], out / f"app-{name}", Path(args.prefix))
     rows = []
