@@ -463,8 +463,8 @@ _KEEPING_NAN = {
 # --- Indices kept inside their tensor --------------------------------------------------------------
 # IREE has no error inside a kernel: a gather at an index past the end reads outside its buffer (a
 # crash or garbage). The host checks the indices it knows (`guards.py`); an index computed on the
-# device is clamped into range here, so a bundle never reads outside a buffer (PyTorch raises
-# IndexError for such an index; the bundle returns the value at the nearest valid index).
+# device is clamped into range here, so a bundle never reads outside a buffer; the segment also
+# says whether it was in range (`guards.check_device_indices`) and the host raises as PyTorch does.
 # Each rewrite calls the op it rewrites, with clamped indices: `_clamping` keeps that inner call
 # from being rewritten again (a rewrite returning NotImplemented keeps the op).
 _clamping = False

@@ -9,7 +9,9 @@ it is passed), so a `dycl::check_index` host op goes in front of the call. The P
 `ModelRaised`; the compiled host asserts (`torch.runtime.assert`), which IREE's VM turns into a
 failed call that the runtime raises as `ModelRaised` too. No device sync is added.
 
-Indices computed on the device (an argmax fed to an embedding) are not checked here.
+Indices computed on the device (an argmax fed to an embedding) cannot be checked before the call:
+`check_device_indices` makes their segment return which lookup was out of range, and checks that
+after the call.
 
 Example:
     >>> guarded = guard_indices(program)                                   # doctest: +SKIP
@@ -33,6 +35,7 @@ from .program import (
     ScalarType,
     Segment,
     SegmentCall,
+    TensorOp,
     TensorType,
     Value,
     iter_nodes,
@@ -163,3 +166,134 @@ def _largest_id(program: Program) -> int:
             visit(op.outputs)
             visit(op.args)
     return largest
+
+
+# --- Indices computed on the device ----------------------------------------------------------------
+# The lowering clamps them (`decompositions.py`), so no kernel reads outside its buffer; to raise
+# where PyTorch raises, the segment also returns one 0-d bool per such lookup, "every index was in
+# range", which the host reads after the call and checks like a host index. That read is a device
+# sync, paid only by segments that look up indices they computed themselves.
+_DEVICE_LOOKUPS = {
+    "aten::embedding.default": "IndexError: index out of range in embedding",
+    "aten::index_select.default": "RuntimeError: index out of range in index_select",
+    "aten::gather.default": "RuntimeError: index out of range in gather",
+    "aten::index.Tensor": "IndexError: index out of range in indexing",
+}
+_INDEX_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+
+
+def check_device_indices(program: Program) -> Program:
+    """The program whose segments also say whether each index they computed was in range, checked after each call."""
+    built = {value: node for node in iter_nodes(program.body) if isinstance(node, HostOp) for value in node.outputs}
+    calls: dict[str, list[SegmentCall]] = {}
+    for node in iter_nodes(program.body):
+        if isinstance(node, SegmentCall):
+            calls.setdefault(node.segment, []).append(node)
+    fresh = itertools.count(_largest_id(program) + 1)
+    segments: list[Segment] = []
+    flags: dict[str, list[tuple[str, str]]] = {}  # segment -> (message, source) of each flag it returns
+    for segment in program.segments:
+        ops: list[TensorOp] = list(segment.nodes)
+        in_range: list[Value] = []
+        for op in segment.nodes:
+            for tensor, dim, index, wrap in _lookups(op):
+                if _from_host_ints(index, segment, calls.get(segment.name, []), built):
+                    continue  # checked before the call (`guard_indices`)
+                in_range.append(_in_range_flag(tensor, dim, index, wrap, op.source, fresh, ops))
+                flags.setdefault(segment.name, []).append((_DEVICE_LOOKUPS[op.target], op.source))
+        if in_range:
+            code = _first_failure(in_range, fresh, ops)
+            segment = dataclasses.replace(segment, nodes=tuple(ops), results=(*segment.results, code))
+        segments.append(segment)
+    if not flags:
+        return program
+
+    def rewrite(block: Block) -> Block:
+        nodes: list = []
+        for node in block.nodes:
+            node = map_sub_blocks(node, rewrite)
+            if isinstance(node, SegmentCall) and node.segment in flags:
+                code = Value(next(fresh), TensorType("int64", (), ()))
+                nodes.append(dataclasses.replace(node, outputs=(*node.outputs, code)))
+                first = Value(next(fresh), ScalarType("int"))
+                nodes.append(HostOp("aten::Int.Tensor", (code,), (first,), flags[node.segment][0][1]))
+                for position, (message, source) in enumerate(flags[node.segment]):
+                    # Exactly one check fails, that of the first lookup out of range, in whatever order they run.
+                    passed = Value(next(fresh), ScalarType("bool"))
+                    nodes.append(HostOp("aten::ne.int", (first, Constant(position)), (passed,), source))
+                    check = (passed, Constant(1), Constant(2), Constant(f"{message} ({source})"))
+                    nodes.append(HostOp(CHECK_INDEX, check, (), source))
+                continue
+            nodes.append(node)
+        return dataclasses.replace(block, nodes=tuple(nodes))
+
+    return program.replace(body=rewrite(program.body), segments=tuple(segments))
+
+
+def _lookups(op: TensorOp) -> list[tuple[Arg, int, Value, bool]]:
+    """(tensor, dim, index tensor, negatives wrap) of each index tensor `op` looks up, where the device computes it."""
+    if op.target not in _DEVICE_LOOKUPS:
+        return []
+    if op.target == "aten::embedding.default":
+        found = [(op.args[0], Constant(0), op.args[1], False)]
+    elif op.target in ("aten::index_select.default", "aten::gather.default"):
+        found = [(op.args[0], op.args[1], op.args[2], False)]
+    else:
+        items = op.args[1].items if isinstance(op.args[1], ListArg) else ()
+        if any(isinstance(item, Value) and item.type.dtype not in _INDEX_DTYPES for item in items):
+            return []  # a boolean mask: nothing to check, and it shifts the dims the others index
+        found = [(op.args[0], Constant(dim), item, True) for dim, item in enumerate(items)]
+    kept = []
+    for tensor, dim, index, wrap in found:
+        if not (isinstance(index, Value) and isinstance(index.type, TensorType) and isinstance(dim, Constant)):
+            continue
+        if index.type.dtype not in _INDEX_DTYPES:
+            continue
+        shape = _shape(tensor)
+        kept.append((tensor, dim.value % max(len(shape), 1), index, wrap))
+    return kept
+
+
+def _from_host_ints(index: Value, segment: Segment, calls: list[SegmentCall], built: dict[Value, HostOp]) -> bool:
+    if index not in segment.params or not calls:
+        return False
+    position = segment.params.index(index)
+    return all(_host_ints(call.args[position], built) is not None for call in calls)
+
+
+def _emitter(ops: list[TensorOp], fresh: Iterator[int], source: str) -> Any:
+    def op(target: str, args: tuple, type_: Any) -> Value:
+        out = Value(next(fresh), type_)
+        ops.append(TensorOp(target, args, (), (out,), source))
+        return out
+
+    return op
+
+
+def _in_range_flag(
+    tensor: Arg, dim: int, index: Value, wrap: bool, source: str, fresh: Iterator[int], ops: list[TensorOp]
+) -> Value:
+    """A 0-d bool (appended to `ops`): every element of `index` lies in [-size, size) if `wrap`, else [0, size)."""
+    shape, hint = index.type.shape, index.type.hint
+    op = _emitter(ops, fresh, source)
+
+    size: Arg = Constant(_shape(tensor)[dim])
+    if size.value is None:
+        size = op("aten::sym_size.int", (tensor, Constant(dim)), ScalarType("int"))
+    mask = TensorType("bool", shape, hint)
+    low = op("aten::add.Scalar", (index, size), index.type) if wrap else index
+    above = op("aten::ge.Scalar", (low, Constant(0)), mask)
+    below = op("aten::lt.Scalar", (index, size), mask)
+    inside = op("aten::logical_and.default", (above, below), mask)
+    return op("aten::all.default", (inside,), TensorType("bool", (), ()))
+
+
+def _first_failure(in_range: list[Value], fresh: Iterator[int], ops: list[TensorOp]) -> Value:
+    """A 0-d int64: the position of the first False among `in_range`, or its length when all are True."""
+    op = _emitter(ops, fresh, "")
+    scalar = TensorType("int64", (), ())
+    last = len(in_range) - 1
+    code = op("aten::where.Scalar", (in_range[last], Constant(last + 1), Constant(last)), scalar)
+    for position in range(last - 1, -1, -1):
+        code = op("aten::where.ScalarOther", (in_range[position], code, Constant(position)), scalar)
+    return code

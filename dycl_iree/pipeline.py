@@ -34,7 +34,7 @@ from .capture import capture
 from .compile import compile_module, target_flags
 from .dynamic_dims import check_examples, declared_dims
 from .errors import CompileError
-from .guards import guard_indices
+from .guards import check_device_indices, guard_indices
 from .hosts import (
     CompiledHostUnsupported,
     attach_main,
@@ -75,6 +75,7 @@ def export(
     >>> bundle.host
     'compiled'
     """
+
     def say(message: str, detail: bool = False) -> None:
         LOGGER.log(10 if detail else 20, message)
         if progress is not None:
@@ -109,7 +110,7 @@ def export(
             return cached
     say("specializing to the example inputs")
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
-    program = stage("partition", lambda: guard_indices(partition(typed)))
+    program = stage("partition", lambda: check_device_indices(guard_indices(partition(typed))))
     say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
     lowered = stage(
         "lower",
@@ -185,4 +186,3 @@ def _add_compiled_host(program: Program, lowered: LoweredModule) -> str | None:
     except CompiledHostUnsupported as reason:
         return str(reason)
     return None
-

@@ -329,7 +329,6 @@ def _input_checker(
 
         return check_bool
     if kind == "int":
-
         # Both hosts hold an int as int64 (PyTorch's `int`); beyond it IREE's VM would fail deep inside.
         def check_int(value: Any) -> int:
             if type(value) is not int:
@@ -461,7 +460,7 @@ def _model_check_failed(error: RuntimeError) -> ModelRaised | None:
     message = text.split(marker, 1)[1].split("; \n")[0].strip()
     if not message.startswith(("IndexError", "RuntimeError", "model raised")):
         return None
-    return ModelRaised(message)
+    return ModelRaised(message.removeprefix("model raised: "))
 
 
 def _fits(have: tuple, want: tuple) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import traceback
 
 import numpy as np
 import pytest
@@ -230,24 +232,126 @@ class _DeviceIndices(nn.Module):
         return h + h[rows - 2]
 
 
-def test_indices_computed_on_the_device_stay_inside_their_tensor(tmp_path) -> None:
-    """In range: PyTorch's values. Out of range (PyTorch raises): clamped values, never a crash or garbage."""
+def _raising_line(error: BaseException) -> int:
+    """The line of this file where PyTorch raised `error`."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename == __file__]
+    return frames[-1].lineno
+
+
+def test_indices_computed_on_the_device_raise_as_pytorch_does(tmp_path) -> None:
+    """In range: PyTorch's values. Out of range: PyTorch's exception class, at the line of the lookup it raised at."""
     torch.manual_seed(0)
     model = _DeviceIndices().eval()
     path = dycl_iree.export(model, (torch.randn(2, 4), 1), dynamic_shapes={"x": {0: "batch"}}).save(tmp_path / "d")
     for host in HOSTS:
         run = dycl_iree.load(path, host=host)
-        outcomes = []
+        raised_at = set()
         for k in (0, 1, 3, 5, -7, 10**9, -(10**9)):
             x = torch.randn(3, 4, generator=torch.Generator().manual_seed(k % 50))
-            got = run(x.numpy(), k)
             try:
                 with torch.no_grad():
                     want = model(x, k)
-            except (IndexError, RuntimeError):
-                outcomes.append("pytorch raised")
-                assert np.isfinite(got).all() and np.abs(got).max() < 1e3, (host, k, got)  # no garbage
+            except (IndexError, RuntimeError) as error:
+                line = _raising_line(error)
+                pattern = rf"^{type(error).__name__}: index out of range in \w+ \(.*test_bad_values.py:{line}\)"
+                with pytest.raises(dycl_iree.ModelRaised, match=pattern):
+                    run(x.numpy(), k)
+                raised_at.add(line)
                 continue
-            outcomes.append("pytorch returned")
-            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} k={k}")
-        assert outcomes.count("pytorch raised") >= 4 and outcomes.count("pytorch returned") >= 2, outcomes
+            np.testing.assert_allclose(run(x.numpy(), k), want.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} k={k}")
+            raised_at.add("returned")
+        assert len(raised_at) >= 3 and "returned" in raised_at, raised_at  # two lookups raised, and values came back
+
+
+class _FourLookups(nn.Module):
+    """Each lookup takes its indices from the device, shifted by its own int: each can be out of range alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(5, 3)
+
+    def forward(self, x: torch.Tensor, a: int, b: int, c: int, d: int):
+        rows = x.argmax(1)  # in [0, 3)
+        h = self.embedding(rows + a)
+        h = torch.gather(h, 1, torch.zeros_like(h, dtype=torch.long) + rows.unsqueeze(1) + b) + h
+        h = torch.index_select(h, 1, rows + c) + h
+        return h[rows + d]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_each_lookup_on_device_indices_raises_at_its_line(tmp_path, host: str) -> None:
+    torch.manual_seed(0)
+    model = _FourLookups().eval()
+    path = dycl_iree.export(model, (torch.randn(3, 3), 0, 0, 0, 0)).save(tmp_path / "four")
+    run = dycl_iree.load(path, host=host)
+    x = torch.eye(3)  # rows = [0, 1, 2]
+    lines = set()
+    source, first = inspect.getsourcelines(_FourLookups.forward)
+    embedding_line = first + next(i for i, text in enumerate(source) if "self.embedding(" in text)
+    for shifts in (
+        [0, 0, 0, 0],
+        [2, 0, 0, 0],
+        [3, 0, 0, 0],
+        [0, 1, 0, 0],
+        [0, -1, 0, 0],
+        [0, 0, 1, 0],
+        [0, 0, 0, -3],
+        [0, 0, 0, -4],
+        [0, 0, 0, 1],
+        [9, 9, 9, 9],
+    ):
+        try:
+            with torch.no_grad():
+                want = model(x, *shifts)
+        except (IndexError, RuntimeError) as error:
+            line = _raising_line(error)
+            # Inside nn.Embedding the op's own line is torch's; the message names the submodule instead.
+            where = rf"test_bad_values.py:{line}"
+            if line == embedding_line:
+                where = r"called by self\.embedding \(Embedding\)"
+            with pytest.raises(dycl_iree.ModelRaised, match=rf"^{type(error).__name__}: .*{where}\)"):
+                run(x.numpy(), *shifts)
+            lines.add(line)
+            continue
+        np.testing.assert_allclose(run(x.numpy(), *shifts), want.numpy(), rtol=1e-6, err_msg=str(shifts))
+    assert len(lines) == 4, lines  # every lookup raised for some shift
+
+
+class _RaisesOnSomePaths(nn.Module):
+    """A user's `raise` and a dim the tensor lacks, each on a data-dependent path (fuzzer: `x.sum().size(0)`)."""
+
+    def forward(self, x: torch.Tensor):
+        if bool(x.sum() > 100.0):
+            if x.sum().size(0) > 1:
+                return x
+        if bool(x.sum() < -100.0):
+            raise ValueError("too small for a batch of " + str(x.size(0)))
+        return x * 2
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_raising_paths_raise_on_both_hosts(tmp_path, host: str) -> None:
+    model = _RaisesOnSomePaths()
+    bundle = dycl_iree.export(model, (torch.ones(2),))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    run = dycl_iree.load(bundle.save(tmp_path / "raises"), host=host)
+    np.testing.assert_allclose(run(np.ones(2, np.float32)), model(torch.ones(2)).numpy())
+    cases = [
+        (100.0, IndexError, r"^IndexError: Dimension specified as 0 but tensor has no dimensions \(.*:\d+\)"),
+        (-100.0, ValueError, r"^too small for a batch of 2 \(.*test_bad_values.py:\d+\)"),
+    ]
+    for fill, pytorch_error, message in cases:
+        x = torch.full((2,), fill)
+        with pytest.raises(pytorch_error):
+            model(x)
+        with pytest.raises(dycl_iree.ModelRaised, match=message):
+            run(x.numpy())
+
+
+def test_a_dim_the_tensor_lacks_on_every_path_is_refused_at_export() -> None:
+    class SizeOfASum(nn.Module):
+        def forward(self, x: torch.Tensor):
+            return x * x.sum().size(0)
+
+    with pytest.raises(dycl_iree.DyclError, match=r"always raises.*IndexError: Dimension specified as 0.*:\d+\)"):
+        dycl_iree.export(SizeOfASum(), (torch.ones(2),))

@@ -345,6 +345,12 @@ class _Emitter(Emitter):
         elif target == CHECK_INDEX:
             self.check_index(*node.args)
             return
+        elif target == "prim::RaiseException":
+            # The VM fails the call with the message (FAILED_PRECONDITION); the runner raises ModelRaised.
+            false = self.constant(False, None)[0]
+            text = self.message_text(f"model raised: {node.args[0].value}", node.source)
+            self.emit(f'torch.runtime.assert {false}, "{text}"')
+            return
         elif target in _FLOAT_COMPARISONS:
             result_type = "!torch.bool"
             self.float_comparison(_FLOAT_COMPARISONS[target], node.args, result)
@@ -374,8 +380,13 @@ class _Emitter(Emitter):
         self.emit(f"{above} = torch.aten.ge.int {index_name}, {low_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{below} = torch.aten.lt.int {index_name}, {high_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
-        text = relative_sources(message.value.replace("\\", "/").replace('"', "'"))
-        self.emit(f'torch.runtime.assert {inside}, "{text}"')
+        self.emit(f'torch.runtime.assert {inside}, "{self.message_text(message.value, "")}"')
+
+    @staticmethod
+    def message_text(message: str, source: str) -> str:
+        """An error message for `torch.runtime.assert`: with its line, without a build path or quotes."""
+        text = f"{message} ({source})" if source else message
+        return relative_sources(text.replace("\\", "/").replace('"', "'"))
 
     def float_comparison(self, op: str, args: tuple, result: str) -> None:
         """`result` = a comparison of two host floats (or a float and an int), as PyTorch decides it.

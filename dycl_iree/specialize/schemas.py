@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -90,7 +91,33 @@ def source_of(node: torch._C.Node) -> str:
     match = _SOURCE_LINE.search(text or "")
     if not match:
         return ""
-    return f"{match.group(1)}:{match.group(2)}"
+    where = f"{match.group(1)}:{match.group(2)}"
+    if Path(match.group(1)).resolve().is_relative_to(_TORCH_FOLDER):
+        # Inside torch's own code (`F.embedding` of an `nn.Embedding`): TorchScript keeps only that
+        # line, but the module path tells which of the model's submodules made the call.
+        owner = _module_path(node)
+        if owner:
+            where += f" called by {owner}"
+    return where
+
+
+_TORCH_FOLDER = Path(torch.__file__).resolve().parent
+
+
+def _module_path(node: torch._C.Node) -> str:
+    """`self.blocks.3.conv (Conv2d)` from TorchScript's module hierarchy of an inlined node, or ""."""
+    try:
+        hierarchy = node.getModuleHierarchy()
+    except Exception:
+        return ""
+    names, kind = [], ""
+    for name, type_name in re.findall(r"([\w.]*?)\((\w+)\)", hierarchy):
+        name = name.strip(".")
+        if not name or name == "UNKNOWN_INSTANCE":
+            break
+        names.append(name)
+        kind = type_name
+    return f"self.{'.'.join(names)} ({kind})" if names else ""
 
 
 _OVERLOAD_CACHE: dict[str, Any] = {}

@@ -98,7 +98,7 @@ def split_arguments(schema: Any, entries: list) -> tuple[list, list]:
 
 
 def scalar_list_kind(ts_type: Any) -> str | None:
-    """"int" / "float" / "bool" for a TorchScript list of scalars, None for other lists."""
+    """ "int" / "float" / "bool" for a TorchScript list of scalars, None for other lists."""
     text = str(ts_type)
     for kind in ("int", "float", "bool"):
         if text == f"List[{kind}]" or text == f"{kind}[]":
@@ -159,6 +159,8 @@ def type_from_ts(ts_type: Any, hint: Any) -> Type:
 
 
 def fold_scalar(kind: str, overload: Any, values: list, source: str) -> Any:
+    if kind == "aten::str" and len(values) == 1:  # messages of `raise`: its schema's `t` takes no int
+        return str(values[0])
     op = scalar_ops.lookup(kind)
     if op is not None:
         try:

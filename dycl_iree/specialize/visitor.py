@@ -176,9 +176,13 @@ class _Specializer:
         for ts_param, entry in zip(block.inputs(), params):
             self.bind(ts_param, entry)
         self.visit_nodes(block.nodes())
-        results = [self.entry(v) for v in block.outputs()] + [self.entry(m) for m in mutated]
-        leaves, structure = flatten_entries(results)
-        results = unflatten_entries(structure, [self.materialize(leaf, "") for leaf in leaves])
+        if self.raised:
+            # The block's results are never read: a raise may have cut off the nodes that make them.
+            results = [Constant(UNINITIALIZED)] * (len(list(block.outputs())) + len(mutated))
+        else:
+            results = [self.entry(v) for v in block.outputs()] + [self.entry(m) for m in mutated]
+            leaves, structure = flatten_entries(results)
+            results = unflatten_entries(structure, [self.materialize(leaf, "") for leaf in leaves])
         nodes, raised = self.nodes, self.raised
         # Sizes read inside the block are values of the block: reading them again after it reads anew.
         self.nodes, self.raised, self.dim_sources = saved_nodes, saved_raised, saved_dims
@@ -303,7 +307,16 @@ class _Specializer:
             if isinstance(dim, Constant):
                 dim = dim.value
             if isinstance(dim, int):
-                dim = dim % len(tensor_type.shape)
+                rank = len(tensor_type.shape)
+                if not -max(rank, 1) <= dim < max(rank, 1) or rank == 0:
+                    # The rank is known here, so PyTorch raises on every input that reaches this line.
+                    self.nodes.append(
+                        HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source_of(node))
+                    )
+                    self.raised = True
+                    items.append(Constant(0))
+                    continue
+                dim = dim % rank
                 if tensor_type.shape[dim] is not None:
                     items.append(Constant(tensor_type.shape[dim]))
                     continue
@@ -456,8 +469,9 @@ class _Specializer:
             value = self.new_value(type_, "r")
             outputs.append(value)
             joined.append(value)
-            then_yield.append(Constant(UNINITIALIZED) if a is None else self.stand_in(a, type_, then_nodes, source))
-            else_yield.append(Constant(UNINITIALIZED) if b is None else self.stand_in(b, type_, else_nodes, source))
+            # A side that raised yields a stand-in too: the compiled host's `if` must yield a value.
+            then_yield.append(self.stand_in(Constant(UNINITIALIZED) if a is None else a, type_, then_nodes, source))
+            else_yield.append(self.stand_in(Constant(UNINITIALIZED) if b is None else b, type_, else_nodes, source))
         self.nodes.append(
             If(
                 condition,
@@ -1041,7 +1055,9 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
         spec.bind(ts_value, value)
     spec.visit_nodes(captured.graph.nodes())
     if spec.raised:
-        raise SpecializeError(f"{captured.name} always raises on inputs of the example's types")
+        raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
+        detail = f": {raising[-1].args[0].value} ({raising[-1].source})" if raising else ""
+        raise SpecializeError(f"{captured.name} always raises on inputs of the example's types{detail}")
     outputs = [spec.entry(v) for v in captured.graph.outputs()]
     leaves, structure = flatten_entries(outputs)
     leaves = [spec.materialize(leaf, "") for leaf in leaves]
@@ -1104,3 +1120,10 @@ _HANDLERS = {
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
+
+
+def _dim_error(dim: int, rank: int) -> str:
+    """PyTorch's message for `size(dim)` with a dim the tensor does not have."""
+    if rank == 0:
+        return f"IndexError: Dimension specified as {dim} but tensor has no dimensions"
+    return f"IndexError: Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
