@@ -479,7 +479,7 @@ class _Emitter(Emitter):
             self.depth += 1
             saved = dict(self.names), dict(self.types)
             self.block(block)
-            yields = self.region_results(block, types)
+            yields = self.apart(self.region_results(block, types), types)
             suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
@@ -509,6 +509,7 @@ class _Emitter(Emitter):
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
+        initial = self.apart(initial, types)
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
         count = len(builtins)
@@ -524,6 +525,7 @@ class _Emitter(Emitter):
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(arguments, carried)]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         go_bit = self.to_builtin(go, "!torch.bool")
+        next_values = self.apart(next_values, types)
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
@@ -568,6 +570,40 @@ class _Emitter(Emitter):
         following = self.fresh()
         self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
         return following, next_values, self.loop_condition(following, trip, node.body.results[0])
+
+    def apart(self, names: list[str], types: list[str]) -> list[str]:
+        """`names`, each tensor behind an optimization barrier where two or more tensors cross a branch together.
+
+        IREE 3.13 packs tensors made in one execution region into one allocation; a VM branch then
+        passes that buffer twice, and its register allocator moves the ref out of one block argument
+        into the other: the next copy reads a null buffer (OUT_OF_RANGE in
+        `hal.command_buffer.copy_buffer`; iree-org/iree#24753). A barrier gives each tensor its own ref.
+        """
+        tensors = [type_text.startswith("!torch.vtensor") and _builtin_type(type_text) for type_text in types]
+        if sum(map(bool, tensors)) < 2:
+            return names
+        return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
+
+    def barrier(self, name: str, type_text: str) -> str:
+        """`name` through `util.optimization_barrier`, its dynamic dims tied again (IREE needs them after it)."""
+        builtin = _builtin_type(type_text)
+        tensor = self.to_builtin(name, type_text)
+        dims = []
+        for position, size in enumerate(builtin[len("tensor<") :].split("x")[:-1]):
+            if size == "?":
+                index, dim = self.fresh(), self.fresh()
+                self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
+                self.emit(f'{dim} = "tensor.dim"({tensor}, {index}) : ({builtin}, index) -> index')
+                dims.append(dim)
+        kept = self.fresh()
+        self.emit(f'{kept} = "util.optimization_barrier"({tensor}) : ({builtin}) -> {builtin}')
+        if dims:
+            tied = self.fresh()
+            operands = ", ".join([kept, *dims])
+            dim_types = ", ".join([builtin] + ["index"] * len(dims))
+            self.emit(f'{tied} = "flow.tensor.tie_shape"({operands}) : ({dim_types}) -> {builtin}')
+            kept = tied
+        return self.from_builtin(kept, type_text)
 
     def to_builtin(self, name: str, type_text: str) -> str:
         builtin = _builtin_type(type_text)
