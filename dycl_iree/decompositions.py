@@ -33,7 +33,8 @@ def decomposition_table() -> dict[Any, Any]:
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
         table[op] = _filled_unless_static(table.get(op), fill_value)
     table.update(_KEEPING_NAN)
-    table.update(_IN_RANGE)
+    for op, rewrite in _IN_RANGE.items():
+        table[op] = _without_reentry(rewrite, table.get(op))
     return table
 
 
@@ -465,16 +466,18 @@ _KEEPING_NAN = {
 # crash or garbage). The host checks the indices it knows (`guards.py`); an index computed on the
 # device is clamped into range here, so a bundle never reads outside a buffer; the segment also
 # says whether it was in range (`guards.check_device_indices`) and the host raises as PyTorch does.
-# Each rewrite calls the op it rewrites, with clamped indices: `_clamping` keeps that inner call
-# from being rewritten again (a rewrite returning NotImplemented keeps the op).
+# Each rewrite calls the op it rewrites, with clamped indices: `_clamping` sends that inner call to
+# the op's own decomposition instead of the rewrite (none: NotImplemented keeps the op).
 _clamping = False
 
 
-def _without_reentry(rewrite: Any) -> Any:
+def _without_reentry(rewrite: Any, original: Any) -> Any:
+    """`rewrite` as a table entry; the op it calls inside goes to `original` (the op's own decomposition, if any)."""
+
     def rewritten(*args: Any, **kwargs: Any) -> Any:
         global _clamping
         if _clamping:
-            return NotImplemented
+            return original(*args, **kwargs) if original is not None else NotImplemented
         _clamping = True
         try:
             return rewrite(*args, **kwargs)
@@ -492,7 +495,6 @@ def _clamped(index: torch.Tensor, size: Any, wrap_negative: bool) -> torch.Tenso
     return aten.clamp(index, 0, size - 1)
 
 
-@_without_reentry
 def embedding_in_range(weight: torch.Tensor, indices: torch.Tensor, *rest: Any) -> torch.Tensor:
     """`embedding` with its indices clamped to the table's rows.
 
@@ -502,17 +504,14 @@ def embedding_in_range(weight: torch.Tensor, indices: torch.Tensor, *rest: Any) 
     return aten.embedding(weight, _clamped(indices, weight.shape[0], False), *rest)
 
 
-@_without_reentry
 def index_select_in_range(input: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
     return aten.index_select(input, dim, _clamped(index, input.shape[dim], False))
 
 
-@_without_reentry
 def gather_in_range(input: torch.Tensor, dim: int, index: torch.Tensor, sparse_grad: bool = False) -> torch.Tensor:
     return aten.gather(input, dim, _clamped(index, input.shape[dim], False), sparse_grad=sparse_grad)
 
 
-@_without_reentry
 def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tensor:
     """`x[i]` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
     kept = [
@@ -522,9 +521,45 @@ def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) 
     return aten.index.Tensor(input, kept)
 
 
+def index_put_in_range(
+    input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool = False
+) -> torch.Tensor:
+    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
+    kept = [
+        index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
+        for dim, index in enumerate(indices)
+    ]
+    return aten.index_put.default(input, kept, values, accumulate)
+
+
+def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:
+    """A rewrite of `overload(input, dim, index, ...)` (a scatter or an indexed write) with its index clamped."""
+
+    def rewritten(input: torch.Tensor, dim: int, index: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
+        return overload(input, dim, _clamped(index, input.shape[dim], wrap_negative), *rest, **kwargs)
+
+    rewritten.__name__ = f"{overload.__name__.replace('.', '_')}_in_range"
+    return rewritten
+
+
+_INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 _IN_RANGE = {
     aten.embedding.default: embedding_in_range,
     aten.index_select.default: index_select_in_range,
     aten.gather.default: gather_in_range,
     aten.index.Tensor: index_in_range,
+    aten.index_put.default: index_put_in_range,
+    # A write past the end would write outside the buffer.
+    **{
+        overload: _writes_in_range(overload, False)
+        for overload in (
+            aten.scatter.src,
+            aten.scatter.value,
+            aten.scatter_add.default,
+            aten.scatter_reduce.two,
+            aten.index_add.default,
+            aten.index_copy.default,
+        )
+    },
+    **{overload: _writes_in_range(overload, True) for overload in _INDEX_FILLS},
 }

@@ -178,7 +178,23 @@ _DEVICE_LOOKUPS = {
     "aten::index_select.default": "RuntimeError: index out of range in index_select",
     "aten::gather.default": "RuntimeError: index out of range in gather",
     "aten::index.Tensor": "IndexError: index out of range in indexing",
+    "aten::index_put.default": "IndexError: index out of range in index_put",
+    "aten::scatter.src": "RuntimeError: index out of range in scatter",
+    "aten::scatter.value": "RuntimeError: index out of range in scatter",
+    "aten::scatter_add.default": "RuntimeError: index out of range in scatter_add",
+    "aten::scatter_reduce.two": "RuntimeError: index out of range in scatter_reduce",
+    "aten::index_add.default": "RuntimeError: index out of range in index_add",
+    "aten::index_copy.default": "IndexError: index out of range in index_copy",
+    "aten::index_fill.int_Scalar": "IndexError: index out of range in index_fill",
+    "aten::index_fill.int_Tensor": "IndexError: index out of range in index_fill",
 }
+# Negative indices wrap (as in x[-1]) in these; the others raise on them.
+_WRAPPING = (
+    "aten::index.Tensor",
+    "aten::index_put.default",
+    "aten::index_fill.int_Scalar",
+    "aten::index_fill.int_Tensor",
+)
 _INDEX_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
 
@@ -234,15 +250,16 @@ def _lookups(op: TensorOp) -> list[tuple[Arg, int, Value, bool]]:
     """(tensor, dim, index tensor, negatives wrap) of each index tensor `op` looks up, where the device computes it."""
     if op.target not in _DEVICE_LOOKUPS:
         return []
+    wrap = op.target in _WRAPPING
     if op.target == "aten::embedding.default":
-        found = [(op.args[0], Constant(0), op.args[1], False)]
-    elif op.target in ("aten::index_select.default", "aten::gather.default"):
-        found = [(op.args[0], op.args[1], op.args[2], False)]
-    else:
+        found = [(op.args[0], Constant(0), op.args[1], wrap)]
+    elif op.target in ("aten::index.Tensor", "aten::index_put.default"):
         items = op.args[1].items if isinstance(op.args[1], ListArg) else ()
         if any(isinstance(item, Value) and item.type.dtype not in _INDEX_DTYPES for item in items):
             return []  # a boolean mask: nothing to check, and it shifts the dims the others index
-        found = [(op.args[0], Constant(dim), item, True) for dim, item in enumerate(items)]
+        found = [(op.args[0], Constant(dim), item, wrap) for dim, item in enumerate(items)]
+    else:  # (input, dim, index, ...)
+        found = [(op.args[0], op.args[1], op.args[2], wrap)]
     kept = []
     for tensor, dim, index, wrap in found:
         if not (isinstance(index, Value) and isinstance(index.type, TensorType) and isinstance(dim, Constant)):

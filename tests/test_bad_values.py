@@ -355,3 +355,53 @@ def test_a_dim_the_tensor_lacks_on_every_path_is_refused_at_export() -> None:
 
     with pytest.raises(dycl_iree.DyclError, match=r"always raises.*IndexError: Dimension specified as 0.*:\d+\)"):
         dycl_iree.export(SizeOfASum(), (torch.ones(2),))
+
+
+class _IndexedWrites(nn.Module):
+    """Writes at indices the device computed, each shifted by its own int: a write past the end
+    would land outside the buffer."""
+
+    def forward(self, x: torch.Tensor, a: int, b: int, c: int, d: int, e: int):
+        rows = x.argmax(1)  # in [0, 3)
+        h = torch.zeros_like(x).scatter(1, rows.unsqueeze(1) + a, 1.0)
+        h = h.index_add(0, rows + b, x)
+        h = h.index_copy(0, rows.flip(0) + c, h * 2.0)
+        h = h.index_fill(1, rows[:1] + d, -1.0)
+        h[rows + e] = 7.0
+        return h
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_each_write_at_device_indices_raises_at_its_line(tmp_path, host: str) -> None:
+    model = _IndexedWrites()
+    path = dycl_iree.export(model, (torch.eye(3, 4), 0, 0, 0, 0, 0)).save(tmp_path / "writes")
+    run = dycl_iree.load(path, host=host)
+    x = torch.eye(3, 4)  # rows = [0, 1, 2]
+    lines = set()
+    for shifts in (
+        [0] * 5,
+        [1, 0, 0, 0, 0],
+        [2, 0, 0, 0, 0],
+        [-1, 0, 0, 0, 0],
+        [0, 1, 0, 0, 0],
+        [0, 0, 1, 0, 0],
+        [0, 0, -1, 0, 0],
+        [0, 0, 0, -1, 0],
+        [0, 0, 0, 4, 0],
+        [0, 0, 0, 0, -3],
+        [0, 0, 0, 0, 1],
+        [0, 0, 0, 0, -5],
+        [10**9] * 5,
+    ):
+        try:
+            want = model(x, *shifts)
+        except (IndexError, RuntimeError) as error:
+            line = _raising_line(error)
+            with pytest.raises(dycl_iree.ModelRaised, match=rf"^{type(error).__name__}: .*test_bad_values.py:{line}\)"):
+                run(x.numpy(), *shifts)
+            lines.add(line)
+            continue
+        np.testing.assert_allclose(run(x.numpy(), *shifts), want.numpy(), rtol=1e-6, err_msg=str(shifts))
+        lines.add(str(shifts))
+    assert len([line for line in lines if isinstance(line, int)]) == 5, lines  # every write raised for some shift
+    assert "[0, 0, 0, 0, 0]" in lines and "[0, 0, 0, -1, 0]" in lines, lines  # and values came back in range
