@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import List
 
 import numpy as np
@@ -168,3 +169,46 @@ def test_a_result_smaller_than_its_buffer_reads_only_its_elements(tmp_path) -> N
             for n in (0, 2, 5):
                 x = torch.randn(batch, 6, generator=generator) - 1.0
                 np.testing.assert_allclose(run(x.numpy(), n), model(x, n).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _LoopIREERejects(nn.Module):
+    """Fuzzer seed 486: iree-compile 3.13 rejects the compiled host ('scf.while' ... successor operand
+    type '!stream.resource<constant>' should match '!stream.resource<external>'). The bundle falls
+    back to the Python host, and the reason names the loop and its line, not a line of generated MLIR."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer2 = nn.Linear(4, 4)
+        self.layer4 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, n: int, s: float):
+        h = x
+        if h.sum() > 3.71649:
+            for _i1 in range(4):
+                if float(h.sum()) < 3.78817:
+                    break
+                h = h + float(n) * 0.1
+                h = torch.relu(h) - 0.25
+                h = self.layer2(h)
+            h = torch.abs(h) - 0.5
+        for _i3 in range(n):
+            if float(h.sum()) < -0.015235:
+                break
+            h = h * 0.75 + 0.125
+            h = self.layer4(h)
+            if float(h.sum()) < -1.06888:
+                break
+        return h
+
+
+def test_a_loop_iree_rejects_is_named_and_runs_on_the_python_host(tmp_path) -> None:
+    torch.manual_seed(486)
+    model = _LoopIREERejects().eval()
+    bundle = dycl_iree.export(model, (torch.ones(2, 4), 3, 0.5), dynamic_shapes={"x": {0: "batch"}})
+    if bundle.host == "python":  # iree-compile 3.13; a release that compiles it gives the compiled host
+        assert re.search(r"loop\d+ \S*test_fuzz_regressions.py:\d+", bundle.manifest["compiled_host_unsupported"])
+    run = dycl_iree.load(bundle.save(tmp_path / "loop.dycl"), host=bundle.host)
+    for fill, n in ((1.0, 3), (0.2, 3), (-1.0, 2), (3.0, 0), (0.0, 5)):
+        x = torch.full((3, 4), fill)
+        with torch.no_grad():
+            np.testing.assert_allclose(run(x.numpy(), n, 0.5), model(x, n, 0.5).numpy(), rtol=1e-5, atol=1e-6)

@@ -534,13 +534,12 @@ class _Emitter(Emitter):
         self.emit("} do {")
         self.emit(f"^bb0({', '.join(f'{a}: {t}' for a, t in zip(after, builtins))}):")
         self.emit(f"  scf.yield {', '.join(after)} : {listed}")
-        self.emit("}")
+        self.emit(f"}} loc({self.where[-1]})")  # an error about the scf.while names the loop
         self.emit(f"scf.yield {', '.join(f'{looped}#{i}' for i in range(count))} : {listed}")
         self.depth -= 1
         self.emit("} else {")
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
-        self.emit("}")
-        self.where.pop()
+        self.emit(f"}} loc({self.where.pop()})")
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
 
