@@ -125,6 +125,12 @@ class TensorOp:
     returns: str = "single"
 
 
+# A host op without arguments whose one output is a tensor that is never read: it stands in for a
+# value TorchScript leaves uninitialized on one side of a branch or loop (the Python host binds
+# None; the compiled host, which must yield a value of the type, a zero tensor).
+STAND_IN = "dycl::stand_in"
+
+
 @dataclass(frozen=True)
 class HostOp:
     """A host-side operation on scalars or lists, a shape read, or a sync point.

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 import dycl_iree
+from dycl_iree import pipeline
+from dycl_iree.hosts import attach_main
 
 
 class _ZeroDimConstant(nn.Module):
@@ -171,10 +173,11 @@ def test_a_result_smaller_than_its_buffer_reads_only_its_elements(tmp_path) -> N
                 np.testing.assert_allclose(run(x.numpy(), n), model(x, n).numpy(), rtol=1e-5, atol=1e-6)
 
 
-class _LoopIREERejects(nn.Module):
-    """Fuzzer seed 486: iree-compile 3.13 rejects the compiled host ('scf.while' ... successor operand
-    type '!stream.resource<constant>' should match '!stream.resource<external>'). The bundle falls
-    back to the Python host, and the reason names the loop and its line, not a line of generated MLIR."""
+class _LoopLeavesAValueUnset(nn.Module):
+    """Fuzzer seed 486: on the `break` side of the first loop the next `h` is never computed, so the
+    compiled host yields a stand-in there. A zero literal as stand-in made iree-compile 3.13 reject
+    the loop ('scf.while' ... successor operand type '!stream.resource<constant>' should match
+    '!stream.resource<external>'), naming a line of generated MLIR instead of the loop."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,14 +204,52 @@ class _LoopIREERejects(nn.Module):
         return h
 
 
-def test_a_loop_iree_rejects_is_named_and_runs_on_the_python_host(tmp_path) -> None:
+def test_a_loop_that_leaves_a_value_unset_gets_the_compiled_host(tmp_path, monkeypatch) -> None:
+    mains = []
+    monkeypatch.setattr(pipeline, "attach_main", lambda lowered, text: (mains.append(text), attach_main(lowered, text)))
     torch.manual_seed(486)
-    model = _LoopIREERejects().eval()
+    model = _LoopLeavesAValueUnset().eval()
     bundle = dycl_iree.export(model, (torch.ones(2, 4), 3, 0.5), dynamic_shapes={"x": {0: "batch"}})
-    if bundle.host == "python":  # iree-compile 3.13; a release that compiles it gives the compiled host
-        assert re.search(r"loop\d+ \S*test_fuzz_regressions.py:\d+", bundle.manifest["compiled_host_unsupported"])
-    run = dycl_iree.load(bundle.save(tmp_path / "loop.dycl"), host=bundle.host)
-    for fill, n in ((1.0, 3), (0.2, 3), (-1.0, 2), (3.0, 0), (0.0, 5)):
-        x = torch.full((3, 4), fill)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    # Every scf.while carries its loop's label and line, so an iree-compile error about it names the loop.
+    (main,) = mains
+    loops = re.findall(r'\} loc\("(loop\d+) \S*test_fuzz_regressions.py:\d+"\)', main)
+    assert main.count("scf.while") == 2 and sorted(loops) == ["loop1", "loop1", "loop3", "loop3"], loops
+    path = bundle.save(tmp_path / "loop.dycl")
+    runs = {host: dycl_iree.load(path, host=host, record=host == "python") for host in ("compiled", "python")}
+    filled = [torch.full((3, 4), fill) for fill in (1.0, 0.2, -1.0, 3.0, 0.0, 0.95)]
+    drawn = [torch.randn(3, 4, generator=torch.Generator().manual_seed(seed)) * 2 for seed in (3, 4, 5)]
+    for x, n in zip(filled + drawn, (3, 3, 2, 0, 5, 4, 3, 3, 3)):  # batch 3, the example's was 2
         with torch.no_grad():
-            np.testing.assert_allclose(run(x.numpy(), n, 0.5), model(x, n, 0.5).numpy(), rtol=1e-5, atol=1e-6)
+            want = model(x, n, 0.5).numpy()
+        for host, run in runs.items():
+            np.testing.assert_allclose(run(x.numpy(), n, 0.5), want, rtol=1e-5, atol=1e-6, err_msg=f"{host} {x} {n}")
+    # The first loop ran (the branch went both ways) and stopped both at its break and at its cap.
+    decisions = runs["python"].decisions
+    assert all(set(sides) == {True, False} for sides in decisions.values()), dict(decisions)
+
+
+class _PickOne(nn.Module):
+    """Both sides of the `if` only pass on a tensor made before it, of another batch size: IREE turned
+    the `scf.if` into an `arith.select` of the two tensors, read with one side's shape, and the
+    compiled host returned wrong rows (found while fixing seed 486)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        if bool(x.sum() > 0.0):
+            h = x
+        else:
+            h = y
+        return h * 2.0
+
+
+def test_an_if_that_picks_one_of_two_differently_sized_tensors(tmp_path) -> None:
+    model = _PickOne()
+    dims = {"x": {0: "a"}, "y": {0: "b"}}
+    bundle = dycl_iree.export(model, (torch.ones(2, 4), torch.ones(3, 4)), dynamic_shapes=dims)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "pick.dycl")
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for rows_x, rows_y, fill in ((2, 3, 1.0), (2, 3, -1.0), (4, 1, 1.0), (4, 1, -1.0), (1, 5, -1.0)):
+            x, y = torch.full((rows_x, 4), fill), torch.arange(rows_y * 4.0).reshape(rows_y, 4)
+            np.testing.assert_array_equal(run(x.numpy(), y.numpy()), model(x, y).numpy(), err_msg=f"{host} {rows_x}")

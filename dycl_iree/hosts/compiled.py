@@ -27,6 +27,7 @@ from typing import Any
 
 from ..guards import CHECK_INDEX
 from ..program import (
+    STAND_IN,
     Arg,
     Block,
     Constant,
@@ -187,6 +188,19 @@ def mlir_type(type_: Type) -> str:
 
 
 _INT_LIST = "!torch.vtensor<[?],si64>"
+# torch's ScalarType codes, as `torch.aten.zeros` takes its dtype.
+_DTYPE_CODES = {
+    "uint8": 0,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "float16": 5,
+    "float32": 6,
+    "float64": 7,
+    "bool": 11,
+    "bfloat16": 15,
+}
 
 
 def _float_literal(value: float) -> str:
@@ -345,6 +359,9 @@ class _Emitter(Emitter):
         elif target == CHECK_INDEX:
             self.check_index(*node.args)
             return
+        elif target == STAND_IN:
+            result_type = mlir_type(output.type)
+            self.zeros(output.type, result)
         elif target == "prim::RaiseException":
             # The VM fails the call with the message (FAILED_PRECONDITION); the runner raises ModelRaised.
             false = self.constant(False, None)[0]
@@ -371,6 +388,28 @@ class _Emitter(Emitter):
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
         self.define(output, result, result_type)
+
+    def zeros(self, type_: TensorType, result: str) -> None:
+        """`result` = zeros of `type_`, sized at run time (the hint's sizes behind a barrier).
+
+        Not a literal: IREE gives a constant its own resource lifetime, and an `scf.if` or
+        `scf.while` that yields it on one side and a computed tensor on the other is rejected
+        ("successor operand type '!stream.resource<constant>' should match ... '<external>'").
+        """
+        sizes = [self.opaque_int(size) for size in type_.hint]
+        listed, code, none, made = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
+            f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
+        )
+        self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[type_.dtype]}")
+        self.emit(f"{none} = torch.constant.none")
+        dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{_MLIR_DTYPE[type_.dtype]}>"
+        self.emit(
+            f"{made} = torch.aten.zeros {listed}, {code}, {none}, {none}, {none} : "
+            f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {dynamic}"
+        )
+        self.emit(f"{result} = torch.tensor_static_info_cast {made} : {dynamic} to {mlir_type(type_)}")
 
     def check_index(self, index: Arg, low: Arg, high: Arg, message: Constant) -> None:
         """Fail the call unless low <= index < high: IREE's VM reports the message (FAILED_PRECONDITION)."""
@@ -443,16 +482,21 @@ class _Emitter(Emitter):
 
     def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str) -> None:
         """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
-        constant, bits, kept, opaque = self.fresh(), self.fresh(), self.fresh(), self.fresh()
-        self.emit(f"{constant} = torch.constant.int {length}")
-        self.emit(f'{bits} = "torch_c.to_i64"({constant}) : (!torch.int) -> i64')
-        self.emit(f'{kept} = "util.optimization_barrier"({bits}) : (i64) -> i64')
-        self.emit(f'{opaque} = "torch_c.from_i64"({kept}) : (i64) -> !torch.int')
+        opaque = self.opaque_int(length)
         zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
         self.emit(
             f"{result} = torch.aten.slice.Tensor {tensor}, {zero}, {zero}, {opaque}, {one} : "
             f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {_INT_LIST}"
         )
+
+    def opaque_int(self, value: int) -> str:
+        """A `!torch.int` of `value` that the compiler cannot see through (an optimization barrier)."""
+        constant, bits, kept, opaque = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{constant} = torch.constant.int {value}")
+        self.emit(f'{bits} = "torch_c.to_i64"({constant}) : (!torch.int) -> i64')
+        self.emit(f'{kept} = "util.optimization_barrier"({bits}) : (i64) -> i64')
+        self.emit(f'{opaque} = "torch_c.from_i64"({kept}) : (i64) -> !torch.int')
+        return opaque
 
     def concatenate(self, parts: list[str], types: list[str], result: str) -> None:
         zero = self.constant(0, None)[0]
@@ -479,7 +523,7 @@ class _Emitter(Emitter):
             self.depth += 1
             saved = dict(self.names), dict(self.types)
             self.block(block)
-            yields = self.apart(self.region_results(block, types), types)
+            yields = self.apart(self.region_results(block, types), types, alone=True)
             suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
@@ -570,17 +614,23 @@ class _Emitter(Emitter):
         self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
         return following, next_values, self.loop_condition(following, trip, node.body.results[0])
 
-    def apart(self, names: list[str], types: list[str]) -> list[str]:
-        """`names`, each tensor behind an optimization barrier where two or more tensors cross a branch together.
+    def apart(self, names: list[str], types: list[str], alone: bool = False) -> list[str]:
+        """`names`, each tensor behind an optimization barrier where tensors cross a branch or loop edge.
 
-        IREE 3.13 packs tensors made in one execution region into one allocation; a VM branch then
-        passes that buffer twice, and its register allocator moves the ref out of one block argument
-        into the other: the next copy reads a null buffer (OUT_OF_RANGE in
-        `hal.command_buffer.copy_buffer`; iree-org/iree#24753). A barrier gives each tensor its own ref.
+        Two IREE 3.13 bugs. (1) IREE packs tensors made in one execution region into one
+        allocation; a VM branch then passes that buffer twice, and its register allocator moves the
+        ref out of one block argument into the other: the next copy reads a null buffer
+        (OUT_OF_RANGE in `hal.command_buffer.copy_buffer`; iree-org/iree#24753). (2) An `scf.if`
+        whose sides only yield values from outside it becomes an `arith.select` of tensors, which
+        reads both with one side's shape: where the sides' dynamic sizes differ, the result is
+        silently wrong (`h = x if c else y`, x and y of other batch sizes). A barrier gives each
+        tensor its own ref and keeps the `scf.if`. (1) needs it where two or more tensors cross
+        together, (2) on a tensor with a dynamic dim that leaves an `if` alone (`alone`; tensors of
+        static shape have the same shape on both sides).
         """
         tensors = [type_text.startswith("!torch.vtensor") and _builtin_type(type_text) for type_text in types]
         if sum(map(bool, tensors)) < 2:
-            return names
+            tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
         return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
 
     def barrier(self, name: str, type_text: str) -> str:

@@ -20,6 +20,7 @@ from host_runtime import scalar_ops
 
 from ..guards import CHECK_INDEX
 from ..program import (
+    STAND_IN,
     Arg,
     Emitter,
     HostOp,
@@ -103,6 +104,8 @@ class _Writer(Emitter):
             self.emit(f"    raise ModelRaised({message})")
         elif target == "prim::RaiseException":
             self.emit(f"raise ModelRaised({args[0]} + {' (' + node.source + ')'!r})")
+        elif target == STAND_IN:
+            self.emit(f"{out} = None    # never read on this path{source}")
         else:
             self.emit(f"{out} = {scalar_ops.render(target, args)}{source}")
 

@@ -35,6 +35,7 @@ from ..capture import CapturedModel
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import (
+    STAND_IN,
     Arg,
     Block,
     Constant,
@@ -498,17 +499,16 @@ class _Specializer:
         TorchScript leaves a value uninitialized on the side of a branch after which it is never
         read (the results of a `return` inside a loop, on the side that did not return). The
         Python host passes None along; the compiled host's `torch.prim.If` must yield a value of
-        the result's type, so it gets a zero."""
+        the result's type, so it gets a zero (a `STAND_IN` host op: a constant tensor there made
+        iree-compile reject the branch, '!stream.resource<constant>' against '<external>')."""
         if not (isinstance(entry, Constant) and entry.value is UNINITIALIZED):
             return entry
         if isinstance(type_, ScalarType) and type_.kind in ("int", "float", "bool"):
             return Constant({"int": 0, "float": 0.0, "bool": False}[type_.kind])
         if isinstance(type_, TensorType):
-            saved, self.nodes = self.nodes, nodes
-            try:
-                return self.materialize(Constant(torch.zeros(type_.hint, dtype=torch_dtype(type_.dtype))), source)
-            finally:
-                self.nodes = saved
+            value = self.new_value(type_, "unset")
+            nodes.append(HostOp(STAND_IN, (), (value,), source))
+            return value
         return entry
 
     def visit_loop(self, node: torch._C.Node) -> None:
