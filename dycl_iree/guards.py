@@ -169,10 +169,11 @@ def _largest_id(program: Program) -> int:
 
 
 # --- Indices computed on the device ----------------------------------------------------------------
-# The lowering clamps them (`decompositions.py`), so no kernel reads outside its buffer; to raise
-# where PyTorch raises, the segment also returns one 0-d bool per such lookup, "every index was in
-# range", which the host reads after the call and checks like a host index. That read is a device
-# sync, paid only by segments that look up indices they computed themselves.
+# The lowering clamps them (`decompositions.py`), so no kernel reads or writes outside its buffer;
+# to raise where PyTorch raises, the segment also returns a 0-d int64, the position of its first
+# lookup with an index out of range (or their count), which the host reads after the call and
+# checks like a host index. That read is a device sync, paid only by segments that look up or
+# write at indices they computed themselves.
 _DEVICE_LOOKUPS = {
     "aten::embedding.default": "IndexError: index out of range in embedding",
     "aten::index_select.default": "RuntimeError: index out of range in index_select",
@@ -213,7 +214,8 @@ def check_device_indices(program: Program) -> Program:
         in_range: list[Value] = []
         for op in segment.nodes:
             for tensor, dim, index, wrap in _lookups(op):
-                if _from_host_ints(index, segment, calls.get(segment.name, []), built):
+                guarded = op.target in ("aten::embedding.default", "aten::index_select.default")
+                if guarded and _from_host_ints(index, segment, calls.get(segment.name, []), built):
                     continue  # checked before the call (`guard_indices`)
                 in_range.append(_in_range_flag(tensor, dim, index, wrap, op.source, fresh, ops))
                 flags.setdefault(segment.name, []).append((_DEVICE_LOOKUPS[op.target], op.source))

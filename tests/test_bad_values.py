@@ -405,3 +405,24 @@ def test_each_write_at_device_indices_raises_at_its_line(tmp_path, host: str) ->
         lines.add(str(shifts))
     assert len([line for line in lines if isinstance(line, int)]) == 5, lines  # every write raised for some shift
     assert "[0, 0, 0, 0, 0]" in lines and "[0, 0, 0, -1, 0]" in lines, lines  # and values came back in range
+
+
+class _GatherAtAHostInt(nn.Module):
+    def forward(self, x: torch.Tensor, k: int):
+        return torch.gather(x, 1, torch.tensor([k, 0]).unsqueeze(1))
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_gather_at_an_index_built_from_a_host_int(tmp_path, host: str) -> None:
+    """An index tensor the host builds: the host checks it only for embedding/index_select, the device for gather."""
+    model = _GatherAtAHostInt()
+    run = dycl_iree.load(dycl_iree.export(model, (torch.randn(2, 4), 1)).save(tmp_path / "g"), host=host)
+    x = torch.randn(2, 4)
+    for k in (0, 3, -1, 4, 10**9):
+        try:
+            want = model(x, k)
+        except RuntimeError:
+            with pytest.raises(dycl_iree.ModelRaised, match=r"^RuntimeError: index out of range in gather \(.*:\d+\)"):
+                run(x.numpy(), k)
+            continue
+        np.testing.assert_array_equal(run(x.numpy(), k), want.numpy())
