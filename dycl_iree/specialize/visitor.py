@@ -309,7 +309,7 @@ class _Specializer:
                 dim = dim.value
             if isinstance(dim, int):
                 rank = len(tensor_type.shape)
-                if not -max(rank, 1) <= dim < max(rank, 1) or rank == 0:
+                if rank == 0 or not -rank <= dim < rank:
                     # The rank is known here, so PyTorch raises on every input that reaches this line.
                     self.nodes.append(
                         HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source_of(node))
