@@ -136,7 +136,9 @@ def _versions() -> str:
             parts.append(f"{name}=?")
     source = hashlib.sha256()
     package = Path(__file__).resolve().parent
-    for path in sorted([*package.rglob("*.py"), package.parent / "host_runtime" / "bundle_format.py"]):
+    # host_runtime's modules that shape a bundle: its format, and the scalar ops the Python host inlines.
+    shared = [package.parent / "host_runtime" / name for name in ("bundle_format.py", "scalar_ops.py")]
+    for path in sorted([*package.rglob("*.py"), *shared]):
         if path.is_file():
             source.update(path.relative_to(package.parent).as_posix().encode())
             source.update(path.read_bytes())

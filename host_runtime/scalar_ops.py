@@ -78,8 +78,28 @@ def op_key(target: str) -> str:
     return namespace + "::" + name.split(".")[0]
 
 
+# Int arithmetic that can leave the int64 range: TorchScript's ints are int64 and wrap around (as
+# the compiled host's i64 ops do); Python's would grow.
+_WRAPPING = frozenset({"aten::add", "aten::sub", "aten::mul", "aten::neg", "aten::floordiv", "aten::abs"})
+
+
+def int64(value: Any) -> Any:
+    """`value` wrapped into int64 as TorchScript computes it, if it is an int (bools and floats as they are).
+
+    >>> int64(2**63), int64(-(2**63) - 1), int64(2.0**63)
+    (-9223372036854775808, 9223372036854775807, 9.223372036854776e+18)
+    """
+    if type(value) is int:
+        return (value + 2**63) % 2**64 - 2**63
+    return value
+
+
 def lookup(target: str) -> ScalarOp | None:
-    return SCALAR_OPS.get(op_key(target))
+    key = op_key(target)
+    op = SCALAR_OPS.get(key)
+    if op is not None and key in _WRAPPING:
+        return ScalarOp(lambda *args: int64(op.function(*args)), op.template)
+    return op
 
 
 def render(target: str, args: list[str]) -> str:
@@ -87,4 +107,7 @@ def render(target: str, args: list[str]) -> str:
     op = SCALAR_OPS[op_key(target)]
     if "{all}" in op.template:
         return op.template.replace("{all}", ", ".join(args))
-    return op.template.format(*args)
+    text = op.template.format(*args)
+    if op_key(target) in _WRAPPING and target.endswith(".int"):
+        text = f"(({text} + {2**63}) % {2**64} - {2**63})"  # inline: a bundle's host needs no new helper
+    return text

@@ -171,3 +171,31 @@ def test_the_manifest_lists_every_construct_that_forces_the_python_host(tmp_path
     np.testing.assert_allclose(run(x.numpy()), TwoGaps()(x).numpy(), rtol=1e-6)
     with pytest.raises(dycl_iree.ModelRaised, match="out of range"):
         run(np.full((1, 3), 50.0, np.float32))
+
+
+class HashedSteps(nn.Module):
+    """A hash of the step count, as an LCG in int64 (the idiom of seeded sampling): the products leave
+    the int64 range, where TorchScript's ints wrap around."""
+
+    def forward(self, x, n: int):
+        state = n
+        for _ in range(3):
+            state = state * 6364136223846793005 + 1442695040888963407
+        if state > 0:
+            return x + 1.0, state
+        return x - 1.0, -state
+
+
+def test_host_int_arithmetic_wraps_at_int64_as_torchscript_does(tmp_path):
+    model = HashedSteps()
+    scripted = torch.jit.script(model)
+    compiled, python = _bundle(tmp_path, model, (torch.zeros(2), 1), "hashed")
+    signs = set()
+    for n in (0, 1, 2, 3, 7, -5, 2**62):
+        want_x, want_state = scripted(torch.zeros(2), n)
+        signs.add(want_state > 0 if want_x[0] > 0 else "negated")
+        for host in (compiled, python):
+            got_x, got_state = host(np.zeros(2, np.float32), n)
+            assert got_state == want_state, (n, got_state, want_state)
+            np.testing.assert_array_equal(got_x, want_x.numpy())
+    assert signs == {True, "negated"}, signs  # both sides of the `if`

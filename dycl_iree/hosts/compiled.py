@@ -67,6 +67,7 @@ _LEGAL_HOST_OPS = {
     "aten::add.int": "!torch.int",
     "aten::sub.int": "!torch.int",
     "aten::mul.int": "!torch.int",
+    "aten::neg.int": "!torch.int",
     "aten::floordiv.int": "!torch.int",
     "aten::remainder.int": "!torch.int",
     "aten::lt.int": "!torch.bool",
