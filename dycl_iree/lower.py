@@ -124,7 +124,10 @@ def _segment_graph(
             env[param] = graph.call_function(torch.ops.aten.item.default, (placeholder,))
         else:
             # Ints of 0 and 1 stay dynamic under Dim.DYNAMIC (unlike tensor dims of size 0 and 1).
-            examples.append(int(type_.hint) if type_.hint is not None else 2)
+            # A negative example makes torch.export fail on an index (`h[0, k]` with k = -1: "Invalid
+            # ranges [0:-1]"); the graph must hold for every value anyway, so it traces with 1.
+            hint = int(type_.hint) if type_.hint is not None else 2
+            examples.append(hint if hint >= 0 else 1)
             dynamic.append(Dim.DYNAMIC)
             env[param] = placeholder
 

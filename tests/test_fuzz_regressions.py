@@ -253,3 +253,27 @@ def test_an_if_that_picks_one_of_two_differently_sized_tensors(tmp_path) -> None
         for rows_x, rows_y, fill in ((2, 3, 1.0), (2, 3, -1.0), (4, 1, 1.0), (4, 1, -1.0), (1, 5, -1.0)):
             x, y = torch.full((rows_x, 4), fill), torch.arange(rows_y * 4.0).reshape(rows_y, 4)
             np.testing.assert_array_equal(run(x.numpy(), y.numpy()), model(x, y).numpy(), err_msg=f"{host} {rows_x}")
+
+
+class _NegativeIndexExample(nn.Module):
+    """An int input that indexes and slices, exported with a negative example (fuzzer seeds 145, 182:
+    torch.export failed on the segment, "Invalid ranges [0:-1]")."""
+
+    def forward(self, x: torch.Tensor, k: int):
+        h = x * 2.0
+        h = h * h[0, k] + h[:, k:].sum(1, keepdim=True)
+        return h
+
+
+def test_an_int_index_exported_with_a_negative_example(tmp_path) -> None:
+    model = _NegativeIndexExample()
+    bundle = dycl_iree.export(model, (torch.randn(2, 6), -1))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "negative.dycl")
+    x = torch.randn(2, 6)
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for k in (-1, -6, 0, 3, 5):
+            np.testing.assert_allclose(run(x.numpy(), k), model(x, k).numpy(), rtol=1e-6, err_msg=f"{host} {k}")
+        with pytest.raises(dycl_iree.ModelRaised, match="IndexError"):
+            run(x.numpy(), 6)
