@@ -492,12 +492,7 @@ class _Emitter(Emitter):
 
     def opaque_int(self, value: int) -> str:
         """A `!torch.int` of `value` that the compiler cannot see through (an optimization barrier)."""
-        constant, bits, kept, opaque = self.fresh(), self.fresh(), self.fresh(), self.fresh()
-        self.emit(f"{constant} = torch.constant.int {value}")
-        self.emit(f'{bits} = "torch_c.to_i64"({constant}) : (!torch.int) -> i64')
-        self.emit(f'{kept} = "util.optimization_barrier"({bits}) : (i64) -> i64')
-        self.emit(f'{opaque} = "torch_c.from_i64"({kept}) : (i64) -> !torch.int')
-        return opaque
+        return self.barrier(self.constant(value, None)[0], "!torch.int")
 
     def concatenate(self, parts: list[str], types: list[str], result: str) -> None:
         zero = self.constant(0, None)[0]
@@ -635,11 +630,13 @@ class _Emitter(Emitter):
         return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
 
     def barrier(self, name: str, type_text: str) -> str:
-        """`name` through `util.optimization_barrier`, its dynamic dims tied again (IREE needs them after it)."""
+        """`name` (a tensor, int or bool) through `util.optimization_barrier`, a tensor's dynamic dims tied
+        again (IREE needs them after it)."""
         builtin = _builtin_type(type_text)
         tensor = self.to_builtin(name, type_text)
         dims = []
-        for position, size in enumerate(builtin[len("tensor<") :].split("x")[:-1]):
+        sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
+        for position, size in enumerate(sizes):
             if size == "?":
                 index, dim = self.fresh(), self.fresh()
                 self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
@@ -656,18 +653,17 @@ class _Emitter(Emitter):
         return self.from_builtin(kept, type_text)
 
     def to_builtin(self, name: str, type_text: str) -> str:
-        builtin = _builtin_type(type_text)
-        converted = self.fresh()
         op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
-        self.emit(f'{converted} = "{op}"({name}) : ({type_text}) -> {builtin}')
-        return converted
+        return self.converted(op, name, type_text, _builtin_type(type_text))
 
     def from_builtin(self, name: str, type_text: str) -> str:
-        builtin = _builtin_type(type_text)
-        converted = self.fresh()
         op = _FROM_BUILTIN.get(type_text, "torch_c.from_builtin_tensor")
-        self.emit(f'{converted} = "{op}"({name}) : ({builtin}) -> {type_text}')
-        return converted
+        return self.converted(op, name, _builtin_type(type_text), type_text)
+
+    def converted(self, op: str, name: str, have: str, want: str) -> str:
+        result = self.fresh()
+        self.emit(f'{result} = "{op}"({name}) : ({have}) -> {want}')
+        return result
 
     def prim_loop(self, node: Loop) -> None:
         """The loop as `torch.prim.Loop` (carried tensors of dtypes `_builtin_type` does not map)."""
@@ -677,10 +673,7 @@ class _Emitter(Emitter):
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
-        bit, kept, guarded = self.fresh(), self.fresh(), self.fresh()
-        self.emit(f'{bit} = "torch_c.to_i1"({start}) : (!torch.bool) -> i1')
-        self.emit(f'{kept} = "util.optimization_barrier"({bit}) : (i1) -> i1')
-        self.emit(f'{guarded} = "torch_c.from_i1"({kept}) : (i1) -> !torch.bool')
+        guarded = self.barrier(start, "!torch.bool")
         maximum = self.fresh()
         self.emit(f"{maximum} = torch.constant.int {INT64_MAX}")
         result = self.fresh()
