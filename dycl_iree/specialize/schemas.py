@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def source_of(node: torch._C.Node) -> str:
     if not match:
         return ""
     where = f"{match.group(1)}:{match.group(2)}"
-    if Path(match.group(1)).resolve().is_relative_to(_TORCH_FOLDER):
+    if _inside_torch(match.group(1)):
         # Inside torch's own code (`F.embedding` of an `nn.Embedding`): TorchScript keeps only that
         # line, but the module path tells which of the model's submodules made the call.
         owner = _module_path(node)
@@ -102,6 +103,12 @@ def source_of(node: torch._C.Node) -> str:
 
 
 _TORCH_FOLDER = Path(torch.__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=1024)
+def _inside_torch(path: str) -> bool:
+    """Whether a source file is torch's own (one `resolve` per file, not per node)."""
+    return Path(path).resolve().is_relative_to(_TORCH_FOLDER)
 
 
 def _module_path(node: torch._C.Node) -> str:
