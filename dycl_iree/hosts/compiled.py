@@ -632,7 +632,7 @@ class _Emitter(Emitter):
     def barrier(self, name: str, type_text: str) -> str:
         """`name` (a tensor, int or bool) through `util.optimization_barrier`, a tensor's dynamic dims tied
         again (IREE needs them after it)."""
-        builtin = _builtin_type(type_text)
+        builtin = _scalar_or_builtin(type_text)
         tensor = self.to_builtin(name, type_text)
         dims = []
         sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
@@ -654,11 +654,11 @@ class _Emitter(Emitter):
 
     def to_builtin(self, name: str, type_text: str) -> str:
         op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
-        return self.converted(op, name, type_text, _builtin_type(type_text))
+        return self.converted(op, name, type_text, _scalar_or_builtin(type_text))
 
     def from_builtin(self, name: str, type_text: str) -> str:
         op = _FROM_BUILTIN.get(type_text, "torch_c.from_builtin_tensor")
-        return self.converted(op, name, _builtin_type(type_text), type_text)
+        return self.converted(op, name, _scalar_or_builtin(type_text), type_text)
 
     def converted(self, op: str, name: str, have: str, want: str) -> str:
         result = self.fresh()
@@ -709,6 +709,11 @@ _BUILTIN_ELEMENTS = {
     **{name: name for name in ("f32", "f64", "f16", "bf16", "i1")},
     **{f"si{bits}": f"i{bits}" for bits in (64, 32, 16, 8)},
 }
+
+
+def _scalar_or_builtin(type_text: str) -> str | None:
+    """`_builtin_type`, scalars looked up first: a barrier on an int or bool needs no tensor mapping."""
+    return _BUILTIN_SCALARS.get(type_text) or _builtin_type(type_text)
 
 
 def _builtin_type(type_text: str) -> str | None:
