@@ -562,11 +562,13 @@ class _Emitter(Emitter):
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
-        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(arguments, carried)]
+        kept = self.barrier_all(arguments, builtins)
+        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(next_values, types)
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
+        next_builtins = self.barrier_all(next_builtins, builtins)
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
         self.depth -= 1
@@ -629,28 +631,55 @@ class _Emitter(Emitter):
             tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
         return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
 
-    def barrier(self, name: str, type_text: str) -> str:
-        """`name` (a tensor, int or bool) through `util.optimization_barrier`, a tensor's dynamic dims tied
-        again (IREE needs them after it)."""
-        builtin = _scalar_or_builtin(type_text)
-        tensor = self.to_builtin(name, type_text)
+    def barrier_all(self, names: list[str], builtins: list[str]) -> list[str]:
+        """`names` (builtin-typed), each through its own `util.optimization_barrier`.
+
+        An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
+        3.13's stream conversion (`ScfWhileOpConversion`) converts both regions with the signature
+        of the loop's operands, so a loop that MLIR's canonicalizer narrowed (a carried value the
+        body overwrites without reading, like the value of a `return` inside the loop, loses its
+        `before` argument; a value yielded twice or from outside the loop loses its result) makes
+        iree-compile crash (SIGSEGV in `applySignatureConversion`) or fail ("failed to legalize
+        unresolved materialization from () to ('index')"). A barrier on every argument at the top
+        of the body and on every value the body passes on leaves nothing to narrow. One barrier per
+        value: a barrier of several values must keep their types, which the stream conversion
+        breaks (each tensor gets its own resource lifetime).
+        """
+        return [self.builtin_barrier(name, builtin, sizes_too=True) for name, builtin in zip(names, builtins)]
+
+    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
+        """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
+        (iree-compile fails on a barrier of a dynamically shaped tensor otherwise: "'tensor.dim' op
+        unexpected during shape cleanup")."""
         dims = []
         sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
         for position, size in enumerate(sizes):
             if size == "?":
                 index, dim = self.fresh(), self.fresh()
                 self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
-                self.emit(f'{dim} = "tensor.dim"({tensor}, {index}) : ({builtin}, index) -> index')
+                self.emit(f'{dim} = "tensor.dim"({name}, {index}) : ({builtin}, index) -> index')
+                # The size goes through the barrier too: IREE carries a dynamic dim of a loop-carried
+                # tensor as a loop argument of its own (ExpandTensorShapes), which the canonicalizer
+                # drops again when nothing in the body reads it, and the loop is narrowed anyway.
+                if sizes_too:
+                    kept_dim = self.fresh()
+                    self.emit(f'{kept_dim} = "util.optimization_barrier"({dim}) : (index) -> index')
+                    dim = kept_dim
                 dims.append(dim)
         kept = self.fresh()
-        self.emit(f'{kept} = "util.optimization_barrier"({tensor}) : ({builtin}) -> {builtin}')
+        self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
         if dims:
             tied = self.fresh()
             operands = ", ".join([kept, *dims])
             dim_types = ", ".join([builtin] + ["index"] * len(dims))
             self.emit(f'{tied} = "flow.tensor.tie_shape"({operands}) : ({dim_types}) -> {builtin}')
             kept = tied
-        return self.from_builtin(kept, type_text)
+        return kept
+
+    def barrier(self, name: str, type_text: str) -> str:
+        """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
+        builtin = _scalar_or_builtin(type_text)
+        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin), type_text)
 
     def to_builtin(self, name: str, type_text: str) -> str:
         op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
