@@ -25,6 +25,8 @@ import math
 import struct
 from typing import Any
 
+from host_runtime.scalar_ops import op_key
+
 from ..guards import CHECK_INDEX
 from ..program import (
     STAND_IN,
@@ -46,6 +48,7 @@ from ..program import (
     dispatch,
 )
 from ..sources import relative_sources
+from .scalars import emit_scalar_op
 
 INT64_MAX = 9223372036854775807
 
@@ -62,14 +65,15 @@ _MLIR_DTYPE = {
     "bool": "i1",
 }
 
-# Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types.
+# Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
+# other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
+# but with C's sign rule (-7 % 3 gives -1; TorchScript and Python give 2); nor `aten.floordiv.int`, whose
+# division by zero stops the process with SIGFPE.
 _LEGAL_HOST_OPS = {
     "aten::add.int": "!torch.int",
     "aten::sub.int": "!torch.int",
     "aten::mul.int": "!torch.int",
     "aten::neg.int": "!torch.int",
-    "aten::floordiv.int": "!torch.int",
-    "aten::remainder.int": "!torch.int",
     "aten::lt.int": "!torch.bool",
     "aten::le.int": "!torch.bool",
     "aten::gt.int": "!torch.bool",
@@ -385,6 +389,12 @@ class _Emitter(Emitter):
                 f"{result} = {op} {', '.join(o[0] for o in operands)} : "
                 f"{', '.join(o[1] for o in operands)} -> {result_type}"
             )
+        elif (
+            output is not None
+            and isinstance(output.type, ScalarType)
+            and emit_scalar_op(self, op_key(target), node.args, output.type.kind, node.source, result)
+        ):
+            result_type = mlir_type(output.type)
         else:
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
