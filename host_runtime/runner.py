@@ -175,7 +175,10 @@ class Runner:
             raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
         if host == "compiled":
-            self._main = bind_function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
+            # main_abi 2: every result of `main` is a buffer view, scalars included.
+            self._main = bind_function(
+                self._context, module, "main", len(self.manifest["outputs"]["leaves"]), all_tensors=True
+            )
         else:
             source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
             namespace: dict[str, Any] = {}

@@ -261,10 +261,48 @@ def test_typed_code_refuses_another_bundle(typed_api, c_bundles, tmp_path: Path)
     assert manifest["module_name"] == "dycl_greedydecoder"
     text = _typed(typed_api, "mismatch", impostor / manifest["targets"]["llvm-cpu"]["file"])
     assert text.startswith("error FAILED_PRECONDITION"), text
-    assert "calling convention '0r_r' but the signature expects '0rI_r'" in text
+    assert "calling convention '0r_r' but the signature expects '0rr_r'" in text
     text = _typed(typed_api, "wrong-model")
     assert text.startswith("error INVALID_ARGUMENT"), text
     assert "greedy_decoder_run: the model was not created by greedy_decoder_create" in text
+
+
+# What a decoder's `main` was before main_abi 2: its int input a VM i64 (calling convention '0rI_r').
+_MAIN_ABI_1_DECODER = """
+module @dycl_greedydecoder {
+  func.func @main(%h: tensor<1x8xf32>, %start: i64) -> tensor<?xi64> {
+    %row = tensor.from_elements %start : tensor<1xi64>
+    %any = tensor.cast %row : tensor<1xi64> to tensor<?xi64>
+    return %any : tensor<?xi64>
+  }
+}
+"""
+
+
+def test_typed_code_refuses_a_vmfb_whose_main_takes_vm_scalars(typed_api, tmp_path: Path) -> None:
+    """A vmfb of main_abi 1 is refused at load, both calling conventions named, never run with garbage."""
+    from iree.compiler import compile_str
+
+    from dycl_iree.compile import target_flags
+
+    vmfb = tmp_path / "abi1.vmfb"
+    vmfb.write_bytes(compile_str(_MAIN_ABI_1_DECODER, extra_args=target_flags("llvm-cpu")))
+    text = _typed(typed_api, "mismatch", vmfb)
+    assert text.startswith("error FAILED_PRECONDITION"), text
+    assert "takes scalars as VM values (calling convention '0rI_r': main_abi 1" in text, text
+    assert "this runtime passes main_abi 2 (scalars as 0-d tensors, '0rr_r')" in text, text
+
+
+def test_main_takes_and_returns_only_buffer_views(c_bundles) -> None:
+    """The VM signature of `main` (what every runtime marshals) holds no scalar, as IREE's own dump shows."""
+    import sys
+
+    item = c_bundles("mixed_scalars")
+    dump = Path(sys.executable).parent / "iree-dump-module"
+    text = run([str(dump), str(item.path / item.manifest["targets"]["llvm-cpu"]["file"])]).stdout
+    (line,) = [line for line in text.splitlines() if " main(" in line]
+    assert line.split("] ", 1)[1] == "main(" + ", ".join(["!vm.ref<?>"] * 9) + ") -> (" + ", ".join(
+        ["!vm.ref<?>"] * 6) + ")", line
 
 
 # -- the Python runtime on aarch64 ----------------------------------------------------------------------

@@ -754,8 +754,8 @@ def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str],
 
 # The calling convention of `main` (MAIN_ABI, the manifest's `main_abi`): every int, float and bool
 # input and output is a 0-d tensor, so the VM signature of `main` holds only buffer views. IREE
-# runtimes disagree on how scalar arguments of a VM call are laid out (the C runtime snapshot reads an
-# i64 followed by another scalar as garbage, README's traps), but all of them pass buffer views alike.
+# runtimes disagree on how scalar arguments of a VM call are laid out (the C runtime snapshot loses an
+# i64's high half and shifts the arguments after it, README's traps), but all pass buffer views alike.
 # A float is float32, as everywhere in an IREE module (iree-compile demotes f64 to f32 by default);
 # a bool is one byte (i1 tensors are stored as i8).
 _ABI_TENSORS = {
@@ -807,6 +807,7 @@ def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tup
 
 
 def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
+    """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
     code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
     emitter.emit(f"{code} = torch.constant.int {_DTYPE_CODES[dtype]}")
     emitter.emit(f"{false} = torch.constant.bool false")
