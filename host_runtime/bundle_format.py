@@ -3,7 +3,7 @@
 A bundle is a directory:
 
     model.dycl/
-      manifest.json       format, version, signature, segments, host kind, targets, file hashes
+      manifest.json       format, version, main_abi, signature, segments, host kind, targets, file hashes
       llvm-cpu.vmfb       one vmfb per target (segment functions + the compiled host `main`)
       host.py             the generated Python host
       program.txt         the Program, as `inspect` prints it

@@ -291,6 +291,10 @@ def test_typed_code_refuses_a_vmfb_whose_main_takes_vm_scalars(typed_api, tmp_pa
     assert text.startswith("error FAILED_PRECONDITION"), text
     assert "takes scalars as VM values (calling convention '0rI_r': main_abi 1" in text, text
     assert "this runtime passes main_abi 2 (scalars as 0-d tensors, '0rr_r')" in text, text
+    # Code generated for main_abi 1 is refused too, before the vmfb is looked at.
+    text = _typed(typed_api, "old-signature")
+    assert text.startswith("error FAILED_PRECONDITION"), text
+    assert "the signature was generated for main_abi 1, but this runtime passes main_abi 2" in text, text
 
 
 def test_main_takes_and_returns_only_buffer_views(c_bundles) -> None:
