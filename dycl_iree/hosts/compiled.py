@@ -773,11 +773,7 @@ def _builtin_type(type_text: str) -> str | None:
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
     """MLIR text of `func.func @main`, or CompiledHostUnsupported naming what it cannot express."""
     emitter = _Emitter(signatures)
-    params = []
-    for index, value in enumerate(program.inputs):
-        type_text = mlir_type(value.type)
-        emitter.define(value, f"%arg{index}", type_text)
-        params.append(f"%arg{index}: {type_text}")
+    params = _abi_params(emitter, program.inputs)
     result_types = []
     for arg in program.body.results:
         try:
@@ -788,10 +784,78 @@ def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str],
     if emitter.unsupported:
         raise CompiledHostUnsupported("; ".join(dict.fromkeys(emitter.unsupported)))
     results = emitter.region_results(program.body, result_types)
+    results, result_types = _abi_results(emitter, results, result_types)
     body = emitter.lines
     header = f"func.func @main({', '.join(params)}) -> ({', '.join(result_types)}) {{"
     footer = [f"  return {', '.join(results)} : {', '.join(result_types)}", "}"]
     return "\n".join([header, *body, *footer])
+
+
+# The calling convention of `main` (MAIN_ABI, the manifest's `main_abi`): every int, float and bool
+# input and output is a 0-d tensor, so the VM signature of `main` holds only buffer views. IREE
+# runtimes disagree on how scalar arguments of a VM call are laid out (the C runtime snapshot loses an
+# i64's high half and shifts the arguments after it, README's traps), but all pass buffer views alike.
+# A float is float32, as everywhere in an IREE module (iree-compile demotes f64 to f32 by default);
+# a bool is one byte (i1 tensors are stored as i8).
+_ABI_TENSORS = {
+    "!torch.int": ("!torch.vtensor<[],si64>", "Int"),
+    "!torch.float": ("!torch.vtensor<[],f32>", "Float"),
+    "!torch.bool": ("!torch.vtensor<[],i1>", "Bool"),
+}
+
+
+def _abi_params(emitter: _Emitter, inputs: list[Value]) -> list[str]:
+    """The parameters of `main`; a scalar input arrives as a 0-d tensor and is read into its torch
+    scalar first thing, so the body sees the same `!torch.int` / `.float` / `.bool` as before."""
+    params = []
+    for index, value in enumerate(inputs):
+        type_text = mlir_type(value.type)
+        name = f"%arg{index}"
+        if type_text not in _ABI_TENSORS:
+            emitter.define(value, name, type_text)
+            params.append(f"{name}: {type_text}")
+            continue
+        tensor, read = _ABI_TENSORS[type_text]
+        scalar = emitter.fresh()
+        emitter.emit(f"{scalar} = torch.aten.{read}.Tensor {name} : {tensor} -> {type_text}")
+        emitter.define(value, scalar, type_text)
+        params.append(f"{name}: {tensor}")
+    return params
+
+
+def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tuple[list[str], list[str]]:
+    """The results of `main`, a scalar one wrapped into its 0-d tensor."""
+    names, abi_types = [], []
+    for name, type_text in zip(results, types):
+        if type_text not in _ABI_TENSORS:
+            names.append(name)
+            abi_types.append(type_text)
+            continue
+        tensor = _ABI_TENSORS[type_text][0]
+        if type_text == "!torch.float":  # through f64, as torch does
+            wrapped = emitter.cast(name, type_text, tensor)
+        else:  # NumToTensor takes no bool: a bool goes through its int, then to bool (`!= 0`)
+            number = emitter.cast(name, type_text, "!torch.int") if type_text == "!torch.bool" else name
+            wrapped = emitter.fresh()
+            emitter.emit(f"{wrapped} = torch.prim.NumToTensor.Scalar {number} : !torch.int -> !torch.vtensor<[],si64>")
+            if type_text == "!torch.bool":
+                wrapped = _to_dtype(emitter, wrapped, "!torch.vtensor<[],si64>", "bool", tensor)
+        names.append(wrapped)
+        abi_types.append(tensor)
+    return names, abi_types
+
+
+def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
+    """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
+    code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
+    emitter.emit(f"{code} = torch.constant.int {_DTYPE_CODES[dtype]}")
+    emitter.emit(f"{false} = torch.constant.bool false")
+    emitter.emit(f"{none} = torch.constant.none")
+    emitter.emit(
+        f"{result} = torch.aten.to.dtype {name}, {code}, {false}, {false}, {none} : "
+        f"{have}, !torch.int, !torch.bool, !torch.bool, !torch.none -> {want}"
+    )
+    return result
 
 
 def _result_type(arg: Arg) -> str:
