@@ -70,6 +70,7 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
+from .stand_ins import reuse_parameters
 from .values import (
     UNINITIALIZED,
     TensorList,
@@ -566,6 +567,8 @@ class _Specializer:
         else:
             raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
         outputs = tuple(self.new_value(t, "c") for t in types)
+        # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
+        body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
         # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
         # starts as a stand-in of its type: the compiled host's loop must carry a value.
         initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
