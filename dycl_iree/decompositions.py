@@ -524,11 +524,22 @@ def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) 
 def index_put_in_range(
     input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool = False
 ) -> torch.Tensor:
-    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
+    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped.
+
+    A 0-d index (`remaining[i] = 0.0` with `i = scores.argmax()`, as in non-maximum suppression)
+    becomes a 1-element one: torch-mlir's TorchToTMTensor crashes on a 0-d index of
+    `index_put.hacked_twin` (iree-compile exits with SIGSEGV in ConvertAtenIndexPutHackedTwinOp).
+    Indices broadcast together, and the values broadcast to the indexed shape, so the write is the
+    same.
+
+    >>> index_put_in_range(torch.zeros(3), [torch.tensor(1)], torch.tensor(5.0)).tolist()
+    [0.0, 5.0, 0.0]
+    """
     kept = [
         index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
         for dim, index in enumerate(indices)
     ]
+    kept = [aten.reshape(index, [1]) if index is not None and index.dim() == 0 else index for index in kept]
     return aten.index_put.default(input, kept, values, accumulate)
 
 

@@ -53,6 +53,7 @@ from ..program import (
     Value,
 )
 from .aliasing import collect_mutated_lists, mutated_outer
+from .mutation import StaleView, ViewLink, view_chain, write_back
 from .schemas import (
     DTYPE_CODES,
     SCALAR_TYPE_CODES,
@@ -119,7 +120,10 @@ class _Specializer:
         self.ids = itertools.count()
         self.nodes: list[Node] = []
         self.raised = False
-        self.views: set[Value] = set()
+        # TorchScript values made as views (by their unique): how to write each back into its base
+        # (None for views that cannot be written back). See `mutation`.
+        self.views: dict[int, ViewLink | None] = {}
+        self.unlinked_views: set[Any] = set()  # the entries of those views made several at once
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
         # (tensor, dim) -> the run-time int it was created with (`torch.zeros(1, n, h)`), so that
@@ -134,9 +138,16 @@ class _Specializer:
 
     def entry(self, ts_value: torch._C.Value) -> Any:
         try:
-            return self.env[ts_value.unique()]
+            entry = self.env[ts_value.unique()]
         except KeyError:
             raise SpecializeError(f"internal: TorchScript value %{ts_value.debugName()} has no entry") from None
+        if isinstance(entry, StaleView):
+            name = value_name(ts_value) or "a view"
+            raise SpecializeError(
+                f"{name} is read after a write into the tensor it is a view of ({entry.source}), where "
+                "PyTorch shows the written values: take the view again after the write, or clone() it"
+            )
+        return entry
 
     def bind(self, ts_value: torch._C.Value, entry: Any) -> None:
         self.env[ts_value.unique()] = entry
@@ -303,42 +314,71 @@ class _Specializer:
             self.bind(node.output(), Constant(size if len(inputs) == 1 else size[inputs[1].value]))
             return
         dims = range(len(tensor_type.shape)) if len(inputs) == 1 else [inputs[1]]
-        items = []
-        for dim in dims:
-            if isinstance(dim, Constant):
-                dim = dim.value
-            if isinstance(dim, int):
-                rank = len(tensor_type.shape)
-                if rank == 0 or not -rank <= dim < rank:
-                    # The rank is known here, so PyTorch raises on every input that reaches this line.
-                    self.nodes.append(
-                        HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source_of(node))
-                    )
-                    self.raised = True
-                    items.append(Constant(0))
-                    continue
-                dim = dim % rank
-                if tensor_type.shape[dim] is not None:
-                    items.append(Constant(tensor_type.shape[dim]))
-                    continue
-                if (tensor, dim) in self.dim_sources:
-                    items.append(self.dim_sources[(tensor, dim)])
-                    continue
-                dim_arg: Arg = Constant(dim)
-                hint = tensor_type.hint[dim]
-            else:
-                dim_arg, hint = dim, 1
-            # A shape read needs no device sync: the host knows every buffer's shape.
-            value = self.new_value(ScalarType("int", hint), "size")
-            self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source_of(node)))
-            if isinstance(dim_arg, Constant):
-                self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
-            items.append(value)
+        items = [self.size_of(tensor, dim, source_of(node)) for dim in dims]
         if len(inputs) == 1:
             all_constant = all(isinstance(i, Constant) for i in items)
             self.bind(node.output(), Constant([i.value for i in items]) if all_constant else ListArg(tuple(items)))
         else:
             self.bind(node.output(), items[0])
+
+    def size_of(self, tensor: Value, dim: Any, source: str) -> Any:
+        """`tensor.size(dim)`: a constant for a static dim, else a host int read from the buffer's shape."""
+        tensor_type = tensor.type
+        if isinstance(dim, Constant):
+            dim = dim.value
+        if isinstance(dim, int):
+            rank = len(tensor_type.shape)
+            if rank == 0 or not -rank <= dim < rank:
+                # The rank is known here, so PyTorch raises on every input that reaches this line.
+                self.nodes.append(HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source))
+                self.raised = True
+                return Constant(0)
+            dim = dim % rank
+            if tensor_type.shape[dim] is not None:
+                return Constant(tensor_type.shape[dim])
+            if (tensor, dim) in self.dim_sources:
+                return self.dim_sources[(tensor, dim)]
+            dim_arg: Arg = Constant(dim)
+            hint = tensor_type.hint[dim]
+        else:
+            dim_arg, hint = dim, 1
+        # A shape read needs no device sync: the host knows every buffer's shape.
+        value = self.new_value(ScalarType("int", hint), "size")
+        self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source))
+        if isinstance(dim_arg, Constant):
+            self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
+        return value
+
+    def numel_of(self, tensor: Value, source: str) -> Any:
+        """`tensor.numel()`: the product of its sizes, a host int when a dim is dynamic (NMS's
+        `while idx.numel() > 0`), read from the buffer's shape like `size(d)`: no device sync."""
+        total: Any = Constant(1)
+        for dim in range(tensor.type.rank):
+            size = self.size_of(tensor, dim, source)
+            total = self.emit_host("aten::mul.int", (total, size), "int", source)
+        return total
+
+    def visit_device_move(self, node: torch._C.Node) -> None:
+        """`.cpu()`, `.cuda()`, `.to(device)`: a bundle keeps every tensor on its one device, so a
+        move is the tensor itself (Tacotron2's `lengths.cpu()`); a dtype change in the same call
+        (`x.to(device, torch.float64)`) stays, as `to(dtype)`. Meta runs cannot move a tensor to
+        the CPU ("Cannot copy out of meta tensor")."""
+        entries = [self.entry(v) for v in node.inputs()]
+        overload = resolve_overload(node)
+        name = overload._overloadname if overload is not None else ""
+        dtype: Any = Constant(None)
+        if node.kind() == "aten::to":
+            if name in ("device", "prim_Device"):
+                dtype = entries[2] if len(entries) > 2 else Constant(None)
+            elif name == "dtype_layout":
+                dtype = entries[1]
+            else:
+                return self.visit_op(node)
+        if is_none(dtype):
+            self.bind(node.output(), entries[0])
+            self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
+            return
+        self.visit_tensor_op(node, overload_of("aten::to.dtype"), [entries[0], dtype], source_of(node))
 
     def visit_len(self, node: torch._C.Node) -> None:
         subject = self.entry(node.input())
@@ -399,9 +439,14 @@ class _Specializer:
         """`torch.tensor(list)`: an upload from the host when the list is only known at run time."""
         inputs = [self.entry(v) for v in node.inputs()]
         data = inputs[0]
-        if all(isinstance(i, Constant) for i in inputs) or not holds_values(data):
-            return self.visit_op(node)
         dtype_code = inputs[1].value if len(inputs) > 1 and isinstance(inputs[1], Constant) else None
+        if not holds_values(data):
+            # A literal (`torch.tensor([[7]])`, RNN-T's start token): made here, as PyTorch makes it.
+            # torch.ops.aten.tensor cannot be called with a nested list ("Expected a value of type
+            # 'List[t]'"), and the `device=` argument names the model's device, which is the bundle's.
+            dtype = SCALAR_TYPE_CODES[dtype_code] if dtype_code is not None else None
+            self.bind(node.output(), Constant(torch.tensor(real_value(data), dtype=dtype)))
+            return
         element = data.type.element if isinstance(data, Value) and isinstance(data.type, ListType) else None
         if element is None and isinstance(data, ListArg):
             element = scalar_kind_of(data.items[0])
@@ -511,6 +556,46 @@ class _Specializer:
             return value
         return entry
 
+    def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
+        """Unroll a loop whose every decision is known at export time; False (nothing emitted) if not.
+
+        `for i in range(x.size(0))` over a static dim, or `while i < 3` over a constant `i`, decides
+        nothing at run time: unrolled, each iteration sees its index as a constant, so a value that
+        is None before the loop and set in it (torchaudio's emformer), a list that grows, or sizes
+        computed from the index fold as they do in the literal `range(3)`, which TorchScript
+        unrolls itself. A loop that exits on a run-time condition, or runs more than
+        `UNROLL_LIMIT` iterations, stays a loop (the walk so far is undone).
+        """
+        if not (isinstance(condition, Constant) and isinstance(trip_count, Constant)):
+            return False
+        (body,) = node.blocks()
+        saved = (len(self.nodes), dict(self.env), dict(self.dim_sources), dict(self.views), self.raised)
+
+        def undo() -> bool:
+            length, self.env, self.dim_sources, self.views, self.raised = saved
+            del self.nodes[length:]
+            return False
+
+        entries = list(carried)
+        for index in itertools.count():
+            if index == trip_count.value:
+                break
+            if index == UNROLL_LIMIT:
+                return undo()
+            for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
+                self.bind(ts_param, entry)
+            self.visit_nodes(body.nodes())
+            if self.raised:
+                return True  # every input that reaches this iteration raises: nothing after it runs
+            keep_going, *entries = [self.entry(v) for v in body.outputs()]
+            if not isinstance(keep_going, Constant):
+                return undo()
+            if not keep_going.value:
+                break
+        for output, entry in zip(node.outputs(), entries):
+            self.bind(output, entry)
+        return True
+
     def visit_loop(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]
         trip_count, condition, carried = inputs[0], inputs[1], inputs[2:]
@@ -522,6 +607,8 @@ class _Specializer:
         ):
             for output, entry in zip(ts_outputs, carried):
                 self.bind(output, entry)
+            return
+        if self.unroll(node, trip_count, condition, carried):
             return
         label = f"loop{next(self.labels)}"
         mutated = mutated_outer([body])
@@ -866,11 +953,9 @@ class _Specializer:
                     detail="in-place op without a functional variant",
                 )
             mutated_input = node.inputsAt(0)
-            if isinstance(entries[0], Value) and entries[0] in self.views:
-                raise SpecializeError(
-                    f"in-place write into a view of another tensor ({source}): write the result "
-                    "with torch.where / index_put or clone() the view first"
-                )
+            if entries[0] in self.unlinked_views:
+                self.views[mutated_input.unique()] = None
+            view_chain(self.views, mutated_input, source)  # refuses views that cannot be written back
             overload = functional
             schema = overload._schema
         args, kwargs = split_arguments(schema, entries)
@@ -884,14 +969,27 @@ class _Specializer:
         if not values_in and not _NONDETERMINISTIC.search(target):
             result = call_overload(overload, args, kwargs, lambda a: real_value(a), source, target)
             self._bind_results(outputs_ts, returns, result, fold=True)
-            return
-        name = value_name(outputs_ts[0]) if returns == "single" else "t"
-        outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
-        if returns_view(schema):
-            self.views.update(outputs)
-        self._bind_results(outputs_ts, returns, outputs, fold=False)
+        else:
+            name = value_name(outputs_ts[0]) if returns == "single" else "t"
+            outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
-            self.bind(mutated_input, outputs[0])
+            # The result is the mutated tensor's new value, and that of every tensor it views.
+            written = self.entry(outputs_ts[0])
+            self.bind(mutated_input, written)
+            write_back(self, mutated_input, written, source)
+        elif returns_view(schema):
+            if target.startswith(("aten::to.", "aten::type_as")):
+                # A conversion is the tensor itself when the dtype does not change, else a copy.
+                same = tensor_type_of(self.entry(outputs_ts[0])) == tensor_type_of(entries[0])
+                if same:
+                    self.views[outputs_ts[0].unique()] = ViewLink(node.inputsAt(0), "", ())
+            elif returns == "single" and node.inputsAt(0).type().kind() == "TensorType":
+                self.views[outputs_ts[0].unique()] = ViewLink(node.inputsAt(0), target, tuple(args[1:]))
+            else:
+                # unbind / split / chunk: their results are views, often unpacked from a list.
+                self.views.update((output.unique(), None) for output in outputs_ts)
+                self.unlinked_views.update(walk_args(self.entry(output) for output in outputs_ts))
 
     def emit_tensor_op(
         self, overload: Any, args: list, kwargs: list, source: str, returns: str = "single", name: str = "t"
@@ -937,6 +1035,9 @@ class _Specializer:
         The answer is known at export time when it does not depend on a dynamic dim.
         """
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
+        if target == "aten::numel.default" and isinstance(args[0], Value):
+            self.bind(node.output(), self.numel_of(args[0], source))
+            return
         if any(is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
         self.bind_constants(node, call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target))
@@ -1004,6 +1105,9 @@ _EMPTY_LIST_ERRORS = {
     "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
 }
 INT64_MAX = 2**63 - 1
+# Loops whose every decision is known at export time are unrolled up to this many iterations (each
+# iteration's ops are emitted again; a longer loop stays a loop).
+UNROLL_LIMIT = 64
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
@@ -1058,7 +1162,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
         raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
         detail = f": {raising[-1].args[0].value} ({raising[-1].source})" if raising else ""
         raise SpecializeError(f"{captured.name} always raises on inputs of the example's types{detail}")
-    outputs = [spec.entry(v) for v in captured.graph.outputs()]
+    outputs = [_constant_structure(spec.entry(v)) for v in captured.graph.outputs()]
     leaves, structure = flatten_entries(outputs)
     leaves = [spec.materialize(leaf, "") for leaf in leaves]
     counter = iter(range(len(leaves)))
@@ -1117,9 +1221,23 @@ _HANDLERS = {
     "aten::size": _Specializer.visit_size,
     "aten::len": _Specializer.visit_len,
     "aten::__getitem__": _Specializer.visit_getitem,
+    "aten::cpu": _Specializer.visit_device_move,
+    "aten::cuda": _Specializer.visit_device_move,
+    "aten::to": _Specializer.visit_device_move,
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
+
+
+def _constant_structure(entry: Any) -> Any:
+    """A returned list or tuple known at export time (`x.size()` of static dims) as one leaf per item."""
+    if isinstance(entry, Constant) and isinstance(entry.value, (list, tuple)):
+        items = tuple(_constant_structure(Constant(item)) for item in entry.value)
+        return ListArg(items) if isinstance(entry.value, list) else TupleEntry(items)
+    if isinstance(entry, (ListArg, TupleEntry)):
+        items = tuple(_constant_structure(item) for item in entry.items)
+        return type(entry)(items)
+    return entry
 
 
 def _dim_error(dim: int, rank: int) -> str:
