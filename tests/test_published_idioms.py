@@ -470,6 +470,27 @@ def test_writes_into_selects_slices_and_views_of_views_in_branches_and_loops(tmp
     assert len(seen) == 5 and all(sides == {True, False} for sides in seen.values()), seen
 
 
+class MaskedWrites(nn.Module):
+    """Writes through boolean masks with one value: finished beams get no more score, outliers are
+    clipped to the mean (`x[mask] = v` is an index_put, whatever the number of rows selected)."""
+
+    def forward(self, scores, finished, x):
+        scores[finished] = 0.0
+        x[x > 1.0] = x.mean()
+        if bool(finished.any()):
+            x[finished] = scores.max()
+        return scores, x
+
+
+def test_writes_through_boolean_masks(tmp_path):
+    example = (torch.randn(4), torch.tensor([True, False, True, False]), torch.randn(4, 3))
+    _, scripted, compiled, python = _export(tmp_path, MaskedWrites(), example, "masked")
+    for finished in ([True, False, True, False], [False] * 4, [True] * 4):
+        _check_writes(scripted, (compiled, python), (torch.randn(4), torch.tensor(finished), torch.randn(4, 3) * 2))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 2, False: 1}
+
+
 class ReadAfterWrite(nn.Module):
     def forward(self, x):
         row = x[0]
@@ -481,3 +502,88 @@ def test_a_view_read_after_a_write_into_its_tensor_is_refused_by_line():
     message = r"row is read after a write into the tensor it is a view of \(.*test_published_idioms.py:\d+\)"
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(ReadAfterWrite(), (torch.randn(3, 4),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes read with .item(): never frozen to the example's value
+# ---------------------------------------------------------------------------------------------
+
+
+def _get_mask_from_lengths(lengths):
+    """torchaudio's Tacotron2 padding mask, as published."""
+    max_len = torch.max(lengths).item()
+    ids = torch.arange(0, max_len, device=lengths.device, dtype=lengths.dtype)
+    mask = (ids < lengths.unsqueeze(1)).byte()
+    mask = torch.le(mask, 0)
+    return mask
+
+
+class AttentionDecoder(nn.Module):
+    """Tacotron2's `Decoder.infer` shape: the padding mask from the lengths, attention over the
+    encoder's steps masked with `masked_fill`, a decode loop that stops on a gate (or a cap)."""
+
+    def __init__(self, dim=4, max_decoder_steps=6, gate_threshold=0.55):
+        super(AttentionDecoder, self).__init__()
+        self.score_mask_value = -float("inf")
+        self.query = nn.Linear(dim, dim)
+        self.cell = nn.GRUCell(dim, dim)
+        self.gate = nn.Linear(dim, 1)
+        self.max_decoder_steps = max_decoder_steps
+        self.gate_threshold = gate_threshold
+
+    def forward(self, memory, memory_lengths) -> Tuple[torch.Tensor, torch.Tensor]:
+        mask = _get_mask_from_lengths(memory_lengths.cpu())
+        state = memory.mean(1)
+        frames: List[torch.Tensor] = []
+        steps = torch.zeros(memory.size(0), dtype=torch.int32)
+        while True:
+            alignment = torch.bmm(memory, self.query(state).unsqueeze(2)).squeeze(2)
+            alignment = alignment.masked_fill(mask, self.score_mask_value)
+            weights = F.softmax(alignment, dim=1)
+            context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
+            state = self.cell(context, state)
+            frames.append(state)
+            steps += 1
+            if bool(torch.sigmoid(self.gate(state)).min() > self.gate_threshold):
+                break
+            if len(frames) == self.max_decoder_steps:
+                break
+        return torch.stack(frames, 1), steps
+
+
+def test_a_padding_mask_sized_by_item_follows_the_lengths(tmp_path):
+    torch.manual_seed(5)
+    example = (torch.randn(2, 6, 4), torch.tensor([6, 3]))
+    _, scripted, compiled, python = _export(tmp_path, AttentionDecoder(), example, "tacotron_mask")
+    stops = set()
+    generator = torch.Generator().manual_seed(0)
+    # The longest sequence fills the encoder's steps, as Tacotron2's batches do; the others vary.
+    for sample in range(40):
+        memory = torch.randn(2, 6, 4, generator=generator) * 2
+        frames, _ = _check(scripted, (compiled, python), (memory, torch.tensor([6, 1 + sample % 6])))
+        stops.add("cap" if frames.size(1) == 6 else "gate")
+        if stops == {"cap", "gate"} and sample >= 6:
+            break
+    assert stops == {"cap", "gate"}, stops
+    # Lengths shorter than the encoder's steps: PyTorch cannot broadcast the mask, and neither host
+    # returns the example's mask instead.
+    memory, lengths = torch.randn(2, 6, 4), torch.tensor([5, 2])
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        scripted(memory, lengths)
+    for host in (compiled, python):
+        with pytest.raises(dycl_iree.ModelRaised, match=r"must match the size of tensor b \(6\)"):
+            host(memory.numpy(), lengths.numpy())
+
+
+class CountUpTo(nn.Module):
+    """A count read with `.item()` sizes a tensor: `torch.arange(0, n)`; its example is 1."""
+
+    def forward(self, x):
+        n = int((x > 0).sum().item())
+        return torch.arange(0, n) * 2, x.sum()
+
+
+def test_an_int_read_from_data_with_example_one_stays_a_run_time_size(tmp_path):
+    _, scripted, compiled, python = _export(tmp_path, CountUpTo(), (torch.tensor([1.0, -1.0, -1.0]),), "count")
+    for x in (torch.tensor([1.0, -1.0, -1.0]), torch.tensor([1.0, 2.0, 3.0]), -torch.ones(3)):
+        _check(scripted, (compiled, python), (x,))

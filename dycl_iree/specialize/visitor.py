@@ -997,7 +997,17 @@ class _Specializer:
         """Append a TensorOp; its result types come from meta runs at the example sizes and perturbed."""
         target = f"{overload._schema.name}.{overload._overloadname}"
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
-        meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
+        try:
+            meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
+        except UnsupportedOpError as error:
+            if not re.search(r"broadcast|must match", str(error)):
+                raise
+            narrowed = self.narrow_to_static(values_in, [*args, *(a for _, a in kwargs)], source)
+            if not narrowed:
+                raise
+            args = [_substitute(arg, narrowed) for arg in args]
+            kwargs = [(key, _substitute(arg, narrowed)) for key, arg in kwargs]
+            return self.emit_tensor_op(overload, args, kwargs, source, returns, name)
         results_a = result_tensors(meta_a, returns)
         perturbed: list[list[tuple]] = []
         if any(is_dynamic(v) for v in values_in):
@@ -1026,6 +1036,54 @@ class _Specializer:
                 if isinstance(item, Value):
                     self.dim_sources[(outputs[0], dim)] = item
         return outputs
+
+    def narrow_to_static(self, values_in: list[Value], args: list, source: str) -> dict[Value, Value]:
+        """The op's tensors whose dynamic dims broadcast against a static size, each narrowed to it
+        after a host check that it has that size (empty if there are none).
+
+        A size read from data meets a size fixed at export: Tacotron2's padding mask,
+        `torch.arange(0, lengths.max().item())`, against the attention scores of the `T` encoder
+        steps in `alignment.masked_fill(mask, -inf)`. The meta run at the example hints fails to
+        broadcast them, and PyTorch raises at run time unless they agree: so the host checks that
+        the dim has the static size, and a `narrow` to that size (the tensor itself, once checked)
+        gives the op a static operand, which torch.export broadcasts without fixing the dynamic
+        dim to the example's size. A dynamic dim of 1, which PyTorch would also broadcast, is
+        refused by that check with PyTorch's message.
+        """
+        tensors = [tensor_type_of(arg) for arg in walk_args(args) if tensor_type_of(arg) is not None]
+        narrowed: dict[Value, Value] = {}
+        for value in dict.fromkeys(values_in):
+            type_ = value.type
+            if not isinstance(type_, TensorType):
+                continue
+            current = value
+            for dim, size in enumerate(type_.shape):
+                from_right = type_.rank - dim
+                static = {
+                    other.shape[other.rank - from_right]
+                    for other in tensors
+                    if other.rank >= from_right and other.shape[other.rank - from_right] not in (None, 1)
+                }
+                if size is not None or len(static) != 1:
+                    continue
+                (expected,) = static
+                read = self.size_of(value, dim, source)
+                message = (
+                    f"RuntimeError: The size of tensor a must match the size of tensor b ({expected}) at "
+                    f"non-singleton dimension {dim}: a size read from data meets one fixed at export ({source})"
+                )
+                check = (read, Constant(expected), Constant(expected + 1), Constant(message))
+                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+                # Typed here: a meta run at the example hint would find the dim too short.
+                shape = tuple(expected if d == dim else s for d, s in enumerate(current.type.shape))
+                hint = tuple(expected if d == dim else h for d, h in enumerate(current.type.hint))
+                narrowed_value = self.new_value(TensorType(type_.dtype, shape, hint), value.name)
+                args_ = (current, Constant(dim), Constant(0), Constant(expected))
+                self.nodes.append(TensorOp("aten::narrow.default", args_, (), (narrowed_value,), source))
+                current = narrowed_value
+            if current is not value:
+                narrowed[value] = current
+        return narrowed
 
     def visit_tensor_query(
         self, node: torch._C.Node, overload: Any, args: list, kwargs: list, target: str, source: str
@@ -1227,6 +1285,12 @@ _HANDLERS = {
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
+
+
+def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
+    if isinstance(entry, ListArg):
+        return ListArg(tuple(_substitute(item, replaced) for item in entry.items))
+    return replaced.get(entry, entry) if isinstance(entry, Value) else entry
 
 
 def _constant_structure(entry: Any) -> Any:
