@@ -108,6 +108,32 @@ def test_in_place_write_into_a_view_writes_the_tensor_it_views() -> None:
         torch.testing.assert_close(got, _WriteIntoView()(x.clone()))
 
 
+class _WriteIntoViewInLoops(nn.Module):
+    """Views made before a loop and written in it, views of views, a data-dependent loop."""
+
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        out = torch.zeros(3, 4)
+        row = out[0]
+        corner = out[1:, 2:]
+        for t in range(n):
+            row.add_(x[t % 2])
+            corner.t()[0] = x[0, :2] * t
+            if bool(row.sum() > 3.0):
+                out[2, t % 4] = -1.0
+        while bool(out.sum() < 5.0):
+            out.view(-1)[0] += 2.0
+        return out
+
+
+def test_writes_into_views_made_before_a_loop_reach_the_tensor_in_every_iteration() -> None:
+    program = specialize(capture(_WriteIntoViewInLoops()), (torch.randn(2, 4), 3))
+    assert [n for n in iter_nodes(program.body) if isinstance(n, Loop)]
+    for n in (0, 1, 5):
+        x = torch.randn(2, 4)
+        got = ReferenceInterpreter(program).run(x, n)
+        torch.testing.assert_close(got, _WriteIntoViewInLoops()(x, n))
+
+
 class _WriteIntoUnboundView(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         first, second = x.unbind(0)

@@ -9,9 +9,12 @@ transpose -> the same transpose). The bases are rebound to the new values, so a 
 branch or a loop makes them outputs or loop-carried values like any other mutated value
 (`aliasing.mutated_outer` walks the same chains).
 
-A view taken before the write and read after it would still show the old values; its entry is
-replaced by a `StaleView`, which refuses to be read. Views that cannot be written back (several
-views at once from `unbind` / `split`, an `expand`) are refused at the write, with the rewrite.
+A view taken before the write and read after it must show the written values: its entry is
+replaced by a `StaleView`, and reading it takes the view again from its base's new value (so two
+views of one tensor can be written in turn, in a loop too: views of a tensor that a loop or branch
+writes are stale inside and after it). Views that cannot be written back or taken again (several
+views at once from `unbind` / `split`, an `expand`) are refused at the write or read, with the
+rewrite.
 
 Example:
     >>> link = ViewLink(base_ts_value, "aten::select.int", (Constant(0), index))   # doctest: +SKIP
@@ -41,8 +44,9 @@ class ViewLink:
 
 @dataclass(frozen=True)
 class StaleView:
-    """A view read after a write into the tensor it views: PyTorch would show the written values."""
+    """A view whose base was written after it was taken: read, it is taken again (`fresh_view`)."""
 
+    link: ViewLink
     source: str  # the line of the write
 
 
@@ -65,6 +69,10 @@ _IDENTITIES = {"", "aten::alias.default", "aten::detach.default", "aten::contigu
 # Views written back by the same op with the same arguments (they are their own inverse).
 _SELF_INVERSE = {"aten::transpose.int", "aten::t.default", "aten::swapaxes.default", "aten::swapdims.default"}
 
+# The target of views made several at once (`unbind`, `split`, `chunk`): neither written back nor
+# taken again (which of them a list item is, is not tracked).
+SEVERAL = "several views at once"
+
 WRITABLE_VIEWS = (
     _RESHAPES
     | _IDENTITIES
@@ -80,14 +88,14 @@ WRITABLE_VIEWS = (
 )
 
 
-def view_chain(views: dict[int, ViewLink | None], written: torch._C.Value, source: str) -> list[ViewLink]:
+def view_chain(views: dict[int, ViewLink], written: torch._C.Value, source: str) -> list[ViewLink]:
     """The links from `written` up to the tensor that owns its memory (empty if it is no view)."""
     chain: list[ViewLink] = []
     value = written
     while value.unique() in views:
         link = views[value.unique()]
-        if link is None or link.target not in WRITABLE_VIEWS:
-            what = "one of several views (unbind, split, chunk)" if link is None else link.target
+        if link.target not in WRITABLE_VIEWS:
+            what = "one of several views (unbind, split, chunk)" if link.target == SEVERAL else link.target
             raise SpecializeError(
                 f"in-place write into {what} of another tensor ({source}): write the result "
                 "with torch.where / index_put, or clone() the view first"
@@ -108,19 +116,35 @@ def write_back(spec: Any, written: torch._C.Value, new: Any, source: str) -> Non
         base = spec.entry(link.base)
         new = _scatter(spec, link, base, new, source)
         spec.bind(link.base, new)
-    root = chain[-1].base
     touched = {written.unique()} | {link.base.unique() for link in chain}
-    # Every other view of the same memory now shows old values: it must not be read.
-    for unique in list(spec.views):
-        if unique not in touched and _root_of(spec.views, unique) == root.unique():
-            spec.env[unique] = StaleView(source)
+    mark_stale(spec, [chain[-1].base], source, keep=touched)
 
 
-def _root_of(views: dict[int, ViewLink | None], unique: int) -> int:
-    seen = 0
-    while unique in views and views[unique] is not None and seen < 1000:
+def mark_stale(spec: Any, written: list, source: str, keep: set[int] = frozenset()) -> None:
+    """Every view (but those in `keep`) of the memory of the TorchScript values `written` shows
+    old values now: its entry becomes a StaleView, taken again when read."""
+    roots = {_root_of(spec.views, value.unique()) for value in written}
+    for unique, link in list(spec.views.items()):
+        if unique not in keep and unique in spec.env and _root_of(spec.views, unique) in roots:
+            spec.env[unique] = StaleView(link, source)
+
+
+def fresh_view(spec: Any, stale: StaleView, name: str) -> Any:
+    """A stale view taken again from its base's current value (emitted where it is read)."""
+    if stale.link.target == SEVERAL:
+        raise SpecializeError(
+            f"{name} is read after a write into the tensor it is a view of ({stale.source}), and it is one "
+            "of several views made at once (unbind, split, chunk): index the tensor again after the write"
+        )
+    base = spec.entry(stale.link.base)
+    if stale.link.target == "":
+        return base
+    return apply(spec, stale.link.target, [base, *stale.link.args], stale.source)
+
+
+def _root_of(views: dict[int, ViewLink], unique: int) -> int:
+    while unique in views and views[unique].base.unique() != unique:
         unique = views[unique].base.unique()
-        seen += 1
     return unique
 
 

@@ -53,7 +53,7 @@ from ..program import (
     Value,
 )
 from .aliasing import collect_mutated_lists, mutated_outer
-from .mutation import StaleView, ViewLink, view_chain, write_back
+from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .schemas import (
     DTYPE_CODES,
     SCALAR_TYPE_CODES,
@@ -120,9 +120,9 @@ class _Specializer:
         self.ids = itertools.count()
         self.nodes: list[Node] = []
         self.raised = False
-        # TorchScript values made as views (by their unique): how to write each back into its base
-        # (None for views that cannot be written back). See `mutation`.
-        self.views: dict[int, ViewLink | None] = {}
+        # TorchScript values made as views (by their unique): how each was made from its base. See
+        # `mutation`.
+        self.views: dict[int, ViewLink] = {}
         self.unlinked_views: set[Any] = set()  # the entries of those views made several at once
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
@@ -142,11 +142,9 @@ class _Specializer:
         except KeyError:
             raise SpecializeError(f"internal: TorchScript value %{ts_value.debugName()} has no entry") from None
         if isinstance(entry, StaleView):
-            name = value_name(ts_value) or "a view"
-            raise SpecializeError(
-                f"{name} is read after a write into the tensor it is a view of ({entry.source}), where "
-                "PyTorch shows the written values: take the view again after the write, or clone() it"
-            )
+            # A view read after a write into its tensor shows the written values: take it again.
+            entry = fresh_view(self, entry, value_name(ts_value) or "a view")
+            self.bind(ts_value, entry)
         return entry
 
     def bind(self, ts_value: torch._C.Value, entry: Any) -> None:
@@ -187,6 +185,9 @@ class _Specializer:
         self.nodes, self.raised = [], False
         for ts_param, entry in zip(block.inputs(), params):
             self.bind(ts_param, entry)
+        # In a loop body the tensors the loop writes are carried values: views of them taken before
+        # the loop are taken again from those when read (in a branch, from the same tensors).
+        mark_stale(self, list(mutated), "", keep={value.unique() for value in mutated})
         self.visit_nodes(block.nodes())
         if self.raised:
             # The block's results are never read: a raise may have cut off the nodes that make them.
@@ -251,6 +252,8 @@ class _Specializer:
             raise SpecializeError(f"unpacking a list whose length is only known at run time ({source_of(node)})")
         for output, item in zip(node.outputs(), items):
             self.bind(output, item)
+            if node.input().unique() in self.views:  # `first, second = x.unbind(0)`
+                self.views[output.unique()] = self.views[node.input().unique()]
 
     def visit_pass_through(self, node: torch._C.Node) -> None:
         self.bind(node.output(), self.entry(node.input()))
@@ -537,6 +540,7 @@ class _Specializer:
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
 
     def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
         """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
@@ -661,6 +665,7 @@ class _Specializer:
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
 
     # -- lists of tensors whose length is known only at run time --------------------------------
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -954,7 +959,7 @@ class _Specializer:
                 )
             mutated_input = node.inputsAt(0)
             if entries[0] in self.unlinked_views:
-                self.views[mutated_input.unique()] = None
+                self.views[mutated_input.unique()] = ViewLink(mutated_input, SEVERAL, ())
             view_chain(self.views, mutated_input, source)  # refuses views that cannot be written back
             overload = functional
             schema = overload._schema
@@ -988,7 +993,7 @@ class _Specializer:
                 self.views[outputs_ts[0].unique()] = ViewLink(node.inputsAt(0), target, tuple(args[1:]))
             else:
                 # unbind / split / chunk: their results are views, often unpacked from a list.
-                self.views.update((output.unique(), None) for output in outputs_ts)
+                self.views.update((output.unique(), ViewLink(node.inputsAt(0), SEVERAL, ())) for output in outputs_ts)
                 self.unlinked_views.update(walk_args(self.entry(output) for output in outputs_ts))
 
     def emit_tensor_op(
