@@ -255,6 +255,37 @@ class _Specializer:
             if node.input().unique() in self.views:  # `first, second = x.unbind(0)`
                 self.views[output.unique()] = self.views[node.input().unique()]
 
+    def visit_isinstance(self, node: torch._C.Node) -> None:
+        """`isinstance(x, T)`: TorchScript knows x's type, and this stage knows whether an Optional is
+        None (torch's own `pack_padded_sequence` asks `isinstance(lengths, Tensor)`)."""
+        subject, entry = node.input(), self.entry(node.input())
+        types = node.tys("types")
+        if is_none(entry):
+            answer = any(str(t) == "NoneType" for t in types)
+        elif any(subject.type().isSubtypeOf(t) for t in types):
+            answer = True
+        elif str(subject.type()).endswith("?") or "Union" in str(subject.type()) or str(subject.type()) == "Any":
+            # A set Optional: its value's type is TorchScript's type without the "?".
+            answer = any(str(t) == str(subject.type()).rstrip("?") for t in types)
+        else:
+            answer = False
+        self.bind(node.output(), Constant(answer))
+
+    def visit_packed_sequence(self, node: torch._C.Node) -> None:
+        """`nn.utils.rnn.pack_padded_sequence`: refused at the model's line, with the rewrite.
+
+        A PackedSequence holds a batch of sequences sorted by length and cut to each length, whose
+        sizes depend on the lengths' values; the recurrent layers run over it with a batch that
+        shrinks per step. The padded batch with a mask computes the same outputs at the valid
+        steps."""
+        raise UnsupportedOpError(
+            node.kind(),
+            _caller_line(self.captured, "pack_padded_sequence") or source_of(node),
+            detail="a PackedSequence is not supported: run the RNN on the padded batch, then zero the "
+            "steps past each length (`out * (torch.arange(T)[None, :] < lengths[:, None]).unsqueeze(2)`) "
+            "and take each sequence's last state as `out[torch.arange(B), lengths - 1]`",
+        )
+
     def visit_pass_through(self, node: torch._C.Node) -> None:
         self.bind(node.output(), self.entry(node.input()))
 
@@ -1284,12 +1315,29 @@ _HANDLERS = {
     "aten::size": _Specializer.visit_size,
     "aten::len": _Specializer.visit_len,
     "aten::__getitem__": _Specializer.visit_getitem,
+    "prim::isinstance": _Specializer.visit_isinstance,
+    "aten::_pack_padded_sequence": _Specializer.visit_packed_sequence,
     "aten::cpu": _Specializer.visit_device_move,
     "aten::cuda": _Specializer.visit_device_move,
     "aten::to": _Specializer.visit_device_move,
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
+
+
+def _caller_line(captured: CapturedModel, function: str) -> str:
+    """The model's own line that calls the TorchScript function `function` (torch's code is inlined
+    in the frozen graph, which keeps only torch's lines), or "" if it is not found."""
+    for child in captured.scripted.modules():  # the model itself first, then its submodules
+        try:
+            graph = child.graph
+        except (AttributeError, RuntimeError):
+            continue
+        for node in graph.findAllNodes("prim::CallFunction"):
+            callee = node.inputsAt(0).node()
+            if callee.kind() == "prim::Constant" and function in str(callee):
+                return source_of(node)
+    return ""
 
 
 def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
