@@ -32,7 +32,7 @@ import torch
 from host_runtime import scalar_ops
 
 from ..capture import CapturedModel
-from ..errors import SpecializeError, UnsupportedOpError
+from ..errors import DyclError, SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import (
     STAND_IN,
@@ -603,12 +603,17 @@ class _Specializer:
         """
         if not (isinstance(condition, Constant) and isinstance(trip_count, Constant)):
             return False
+        if UNROLL_LIMIT < trip_count.value < INT64_MAX:
+            return False
         (body,) = node.blocks()
+        label = next(self.labels)
+        self.labels = itertools.count(label)
         saved = (len(self.nodes), dict(self.env), dict(self.dim_sources), dict(self.views), self.raised)
 
         def undo() -> bool:
             length, self.env, self.dim_sources, self.views, self.raised = saved
             del self.nodes[length:]
+            self.labels = itertools.count(label)  # the loop's labels are those it had not unrolled
             return False
 
         entries = list(carried)
@@ -619,7 +624,12 @@ class _Specializer:
                 return undo()
             for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
                 self.bind(ts_param, entry)
-            self.visit_nodes(body.nodes())
+            try:
+                self.visit_nodes(body.nodes())
+            except DyclError:
+                # Visited as a loop (index and carried values known only at run time), the body
+                # may still export: the loop's own path decides.
+                return undo()
             if self.raised:
                 return True  # every input that reaches this iteration raises: nothing after it runs
             keep_going, *entries = [self.entry(v) for v in body.outputs()]
