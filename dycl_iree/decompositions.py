@@ -117,13 +117,14 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     convolution on the CPU `llvm-cpu` compiles for (this machine's).
 
     On an x86 CPU without AVX-512, IREE 3.13 tiles a direct convolution with 8 or more input
-    channels as 4 output pixels x 4 output channels, and it runs at 2-16 GFLOP/s; as im2col +
-    matmul the same convolution runs at 16-24 (code for znver3, one thread, `benchmarks/
-    conv_shapes.py`; ResNet-18's layer3 2.8 -> 23 GFLOP/s, layer1 11 -> 16-20). The copy im2col
-    makes costs more than it saves for few channels or few pixels: from 128 input channels, or 64
-    at 56x56 and more (ResNet's layer1), which leaves the zoo's CIFAR-size convolutions (at most 64
-    channels at 8x8) as they are. With AVX-512 the direct convolution is 1.2-1.3x faster than
-    im2col at every one of these shapes, so nothing changes there, nor off x86.
+    channels as 4 output pixels x 4 output channels, and it runs at 1-24 GFLOP/s; as im2col +
+    matmul the same convolution runs at 19-46 (code for znver3, one thread, `benchmarks/
+    conv_shapes.py`: ResNet-18's layer3 0.9 -> 19.0 GFLOP/s, layer2 23.8 -> 45.8, layer1 13.3 ->
+    22.2). IREE's own im2col of every convolution made SDN-ResNet-56 (8-32 channels at 8x8-32x32)
+    1.7x slower, so only large convolutions take it: from 128 input channels, or 64 at 56x56 and
+    more (ResNet's layer1). No convolution of the zoo does (at most 64 channels, at 8x8). With
+    AVX-512 the direct convolution is 1.1-1.3x faster than im2col at each of ResNet's shapes, so
+    nothing changes there, nor off x86 (see README, performance).
     """
     if host_cpu.has_avx512():
         return False
