@@ -40,7 +40,7 @@ from torch import nn  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import compile as compile_flags  # noqa: E402
-from dycl_iree import host_cpu  # noqa: E402
+from dycl_iree import cpu_features  # noqa: E402
 
 # name: (in channels, out channels, input size, kernel, stride, padding, groups)
 SHAPES = {
@@ -88,14 +88,14 @@ def _export(model: nn.Module, example: torch.Tensor, variant: tuple[list[str], b
     not) AVX-512 (the target table and the probe are patched for the call; the whole-export cache is
     off, since its key does not see the probe)."""
     flags, avx512 = variant
-    saved, saved_probe = compile_flags.TARGETS["llvm-cpu"], host_cpu.has_avx512
+    saved, saved_probe = compile_flags.TARGETS["llvm-cpu"], cpu_features.has_avx512
     compile_flags.TARGETS["llvm-cpu"] = flags
-    host_cpu.has_avx512 = lambda: avx512
+    cpu_features.has_avx512 = lambda: avx512
     try:
         bundle = dycl_iree.export(model, (example,))
     finally:
         compile_flags.TARGETS["llvm-cpu"] = saved
-        host_cpu.has_avx512 = saved_probe
+        cpu_features.has_avx512 = saved_probe
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
 
 

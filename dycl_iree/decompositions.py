@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import host_cpu
+from . import cpu_features
 
 aten = torch.ops.aten
 
@@ -91,8 +91,8 @@ def convolution_channels_last(
     groups: int,
 ) -> torch.Tensor:
     """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
-    1x1 ones without padding as a matmul, and on CPUs without AVX-512 those with many channels as
-    im2col + matmul (`_im2col_wins`). Every other convolution is left to IREE
+    1x1 ones without padding as a matmul, and, unless the CPU has AVX-512, those with many channels
+    as im2col + matmul (`_im2col_wins`). Every other convolution is left to IREE
     (`NotImplemented` keeps the op), which converts it to channels-last and runs it as a direct
     convolution (`compile.py`). Both rewrites work in NHWC, so that the transposes around them
     cancel against those of the neighbouring channels-last convolutions, and both read the weight
@@ -124,9 +124,11 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     1.7x slower, so only large convolutions take it: from 128 input channels, or 64 at 56x56 and
     more (ResNet's layer1). No convolution of the zoo does (at most 64 channels, at 8x8). With
     AVX-512 the direct convolution is 1.1-1.3x faster than im2col at each of ResNet's shapes, so
-    nothing changes there, nor off x86 (see README, performance).
+    nothing changes there. On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
+    channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
+    (README, performance).
     """
-    if host_cpu.has_avx512():
+    if cpu_features.has_avx512():
         return False
     if not all(isinstance(size, int) for size in spatial):
         return False

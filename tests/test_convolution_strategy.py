@@ -1,7 +1,7 @@
 """Which form each convolution takes on which CPU (`decompositions._im2col_wins`), and that the
 im2col form matches PyTorch through the whole exporter.
 
-The form depends on this machine's CPU (`host_cpu.has_avx512`); the tests set the answer, so both
+The form depends on this machine's CPU (`cpu_features.has_avx512`); the tests set the answer, so both
 forms are checked on any machine.
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import dycl_iree
-from dycl_iree import host_cpu
+from dycl_iree import cpu_features
 from dycl_iree.decompositions import decomposition_table
 
 
@@ -37,7 +37,7 @@ def _ops_after_decomposition(model: nn.Module, example: torch.Tensor) -> set[str
 def test_the_form_of_a_convolution_follows_its_shape_and_the_cpu(
     channels: int, size: int, stride: int, avx512: bool, im2col: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(host_cpu, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: avx512)
     model = nn.Conv2d(channels, 8, 3, stride, 1).eval()
     ops = _ops_after_decomposition(model, torch.randn(1, channels, size, size))
     assert ("aten.convolution.default" not in ops) == im2col, ops
@@ -60,7 +60,7 @@ class StridedBlock(nn.Module):
 
 
 def test_im2col_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_cpu, "has_avx512", lambda: False)
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probe
     torch.manual_seed(0)
     model = StridedBlock().eval()

@@ -1,4 +1,4 @@
-"""What this machine's CPU can do, where a choice of code depends on it (`compile`, `decompositions`).
+"""What this machine's CPU can do, where the form of an op depends on it (`decompositions`).
 
 `llvm-cpu` compiles for this machine's CPU (`--iree-llvmcpu-target-cpu=host`), and some forms of an
 op that IREE runs well with one instruction set it runs badly with another (README, performance):
@@ -17,10 +17,9 @@ import platform
 
 @functools.cache
 def has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512 (`avx512f` in /proc/cpuinfo). True off x86, where the
-    choices that ask are about x86 CPUs without it (AVX2 only: Zen 1-3, Haswell to Alder Lake)."""
+    """Whether this machine's CPU has AVX-512 (`avx512f` in /proc/cpuinfo); False off x86."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return True
+        return False
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
@@ -28,4 +27,4 @@ def has_avx512() -> bool:
                     return "avx512f" in line.split()
     except OSError:
         pass
-    return True
+    return False
