@@ -28,8 +28,11 @@ zoo: setup
 	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py
 	$(PY) benchmarks/zoo_table.py
 
+# The zoo, then the deployment-size models (models/imagenet.py) with one thread and with two.
 bench: setup
 	$(PY) -m dycl_iree bench --out bench-out $(if $(DEVICE),--device $(DEVICE))
+	$(PY) -m dycl_iree bench --models realistic --threads 1 --out bench-out/realistic-1-thread $(if $(DEVICE),--device $(DEVICE))
+	$(PY) -m dycl_iree bench --models realistic --threads 2 --out bench-out/realistic-2-threads $(if $(DEVICE),--device $(DEVICE))
 
 # The differential fuzzer: N random dynamic programs from seed SEED, both hosts against PyTorch.
 N ?= 100

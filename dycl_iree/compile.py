@@ -36,6 +36,13 @@ from .errors import CompileError, DyclError
 # before (two 3x3 convolutions, 32 channels at 16x16: 78 us against 107 and 111; deepest path of
 # WRN-SDN 1.86 -> 1.45 ms). Filters reach IREE pre-transposed (`lower._constant_filter`) and
 # depthwise convolutions as channels-last taps (`decompositions.depthwise_convolution_as_taps`).
+# That holds where the CPU has AVX-512 (or is not x86). Without AVX-512, IREE 3.13 tiles a direct
+# convolution of 8 or more input channels as 4 pixels x 4 channels, 2-16 GFLOP/s, and no flag changes
+# that choice (`--iree-llvmcpu-max-allowed-number-of-native-vectors`, `--iree-llvmcpu-target-vector-
+# width-in-bytes` tried); `--iree-global-opt-use-im2col-for-convs` (with data tiling and ukernels)
+# makes those fast, but converts every convolution and made SDN-ResNet-56 1.7x slower (code for
+# znver3: 3.4 -> 5.8 ms). So the exporter picks im2col per shape instead (`decompositions.
+# _im2col_wins`), and the flags stay the same for every x86 CPU.
 #
 # Command buffers are recorded at each call, not memoized as indirect (binding-table) command
 # buffers: IREE 3.13's CPU drivers (local-sync and local-task alike) replay some memoized ones

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from . import cpu_features
+
 aten = torch.ops.aten
 
 
@@ -89,7 +91,8 @@ def convolution_channels_last(
     groups: int,
 ) -> torch.Tensor:
     """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
-    1x1 ones without padding as a matmul. Every other convolution is left to IREE
+    1x1 ones without padding as a matmul, and, unless the CPU has AVX-512, those with many channels
+    as im2col + matmul (`_im2col_wins`). Every other convolution is left to IREE
     (`NotImplemented` keeps the op), which converts it to channels-last and runs it as a direct
     convolution (`compile.py`). Both rewrites work in NHWC, so that the transposes around them
     cancel against those of the neighbouring channels-last convolutions, and both read the weight
@@ -104,7 +107,75 @@ def convolution_channels_last(
         return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
     if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
         return pointwise_convolution_as_matmul(input, weight, bias, stride)
+    if groups == 1 and input.dim() == 4 and _im2col_wins(group_channels, input.shape[2:], stride):
+        return convolution_as_im2col_matmul(input, weight, bias, stride, padding, dilation)
     return NotImplemented
+
+
+def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
+    """Whether a convolution runs faster as im2col + matmul than as IREE's direct channels-last
+    convolution on the CPU `llvm-cpu` compiles for (this machine's).
+
+    On an x86 CPU without AVX-512, IREE 3.13 tiles a direct convolution with 8 or more input
+    channels as 4 output pixels x 4 output channels, and it runs at 1-24 GFLOP/s; as im2col +
+    matmul the same convolution runs at 19-46 (code for znver3, one thread, `benchmarks/
+    conv_shapes.py`: ResNet-18's layer3 0.9 -> 19.0 GFLOP/s, layer2 23.8 -> 45.8, layer1 13.3 ->
+    22.2). IREE's own im2col of every convolution made SDN-ResNet-56 (8-32 channels at 8x8-32x32)
+    1.7x slower, so only large convolutions take it: from 128 input channels, or 64 at 56x56 and
+    more (ResNet's layer1). No convolution of the zoo does (at most 64 channels, at 8x8). With
+    AVX-512 the direct convolution is 1.1-1.3x faster than im2col at each of ResNet's shapes, so
+    nothing changes there. On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
+    channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
+    (README, performance).
+    """
+    if cpu_features.has_avx512():
+        return False
+    if not all(isinstance(size, int) for size in spatial):
+        return False
+    pixels = (spatial[0] // stride[0]) * (spatial[1] // stride[1])
+    return in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56)
+
+
+def convolution_as_im2col_matmul(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> torch.Tensor:
+    """A 2-D convolution without groups as one matmul: the kernel taps of the padded NHWC input,
+    each a strided slice, concatenated along the channels ([N, OH, OW, KH*KW*C]), times the filter
+    read as [KH*KW*C, F] (the HWCF constant `lower._segment_graph` stores, so no transpose).
+
+    Slices and a concatenation are copies IREE vectorizes, unlike im2col's gather through
+    `(h + kh, w + kw)` indices (README, traps).
+
+    >>> x, w = torch.randn(1, 4, 7, 7), torch.randn(8, 4, 3, 3)
+    >>> out = convolution_as_im2col_matmul(x, w, None, [2, 2], [1, 1], [1, 1])
+    >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, stride=2, padding=1), atol=1e-5)
+    True
+    """
+    out_channels, channels, kernel_h, kernel_w = weight.shape
+    _, _, height, width = input.shape
+    (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
+    nhwc = aten.permute(input, [0, 2, 3, 1])
+    padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else nhwc
+    out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
+    out_w = (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
+    taps = []
+    for i in range(kernel_h):
+        rows = aten.slice(padded, 1, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
+        for j in range(kernel_w):
+            taps.append(aten.slice(rows, 2, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w))
+    patches = aten.cat(taps, 3)
+    batch = patches.shape[0]
+    depth = kernel_h * kernel_w * channels
+    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(depth, out_channels)
+    out = aten.mm(patches.reshape(batch * out_h * out_w, depth), matrix)
+    if bias is not None:
+        out = out + bias
+    return _nchw(out.reshape(batch, out_h, out_w, out_channels))
 
 
 def pointwise_convolution_as_matmul(

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--models",
         action="append",
         metavar="NAME[,NAME...]",
-        help="zoo model names and/or FILE.py:FACTORY (repeatable; default: the whole zoo)",
+        help="model names, groups (zoo, realistic) and/or FILE.py:FACTORY (repeatable; default: the zoo)",
     )
     parser.add_argument(
         "--candidates",

@@ -1,4 +1,8 @@
-"""Which models the benchmark runs: the repository's zoo by name, or `FILE.py:FACTORY`.
+"""Which models the benchmark runs: the repository's zoo by name, a group, or `FILE.py:FACTORY`.
+
+Groups: `zoo` (the CIFAR-size dynamic networks of `models/`, the default) and `realistic` (the
+deployment-size networks of `models/imagenet.py`: ResNet-18/50, MobileNetV2 and an early-exit
+ResNet-50 at 224x224, a Transformer of width 512), whose every model is also known by its name.
 
 A model is a `ModelEntry`: a factory returning `(model, example_inputs)` or `(model,
 example_inputs, dynamic_shapes)`, as `python -m dycl_iree export` expects, and the samples to check
@@ -95,6 +99,17 @@ def zoo_entries() -> dict[str, ModelEntry]:
     return entries
 
 
+def realistic_entries() -> dict[str, ModelEntry]:
+    """The deployment-size models of `models/imagenet.py`, by name (not part of the zoo: building
+    and exporting them takes tens of seconds each, so only the `realistic` group runs them)."""
+    _import_zoo()
+    imagenet = importlib.import_module("models.imagenet")
+    return {name: ModelEntry(name, factory, imagenet.SAMPLES.get(name)) for name, factory in imagenet.MODELS.items()}
+
+
+MODEL_GROUPS: dict[str, Callable[[], dict[str, ModelEntry]]] = {"zoo": zoo_entries, "realistic": realistic_entries}
+
+
 def entry_from_spec(spec: str) -> ModelEntry:
     """`FILE.py:FACTORY` or `package.module:FACTORY` -> a ModelEntry named `stem.FACTORY`; its
     samples are the module's `SAMPLES[FACTORY]` if any, else the factory's example inputs."""
@@ -105,18 +120,26 @@ def entry_from_spec(spec: str) -> ModelEntry:
 
 
 def select_entries(names: Sequence[str] | None) -> list[ModelEntry]:
-    """Resolve `--models`: zoo names and `FILE.py:FACTORY` specs; None means the whole zoo."""
+    """Resolve `--models`: group names (`zoo`, `realistic`), model names of either group and
+    `FILE.py:FACTORY` specs; None means the whole zoo.
+
+    >>> [entry.name for entry in select_entries(["realistic"])][:2]
+    ['resnet18', 'resnet50']
+    """
     if not names:
         return list(zoo_entries().values())
     entries = []
-    zoo: dict[str, ModelEntry] | None = None
+    known: dict[str, ModelEntry] | None = None
     for name in names:
         if ":" in name:
             entries.append(entry_from_spec(name))
             continue
-        if zoo is None:
-            zoo = zoo_entries()
-        if name not in zoo:
-            raise BenchError(f"unknown model {name!r}; the zoo has: {', '.join(zoo)}")
-        entries.append(zoo[name])
+        if name in MODEL_GROUPS:
+            entries.extend(MODEL_GROUPS[name]().values())
+            continue
+        if known is None:
+            known = {**zoo_entries(), **realistic_entries()}
+        if name not in known:
+            raise BenchError(f"unknown model {name!r}; groups: {', '.join(MODEL_GROUPS)}; models: {', '.join(known)}")
+        entries.append(known[name])
     return entries

@@ -1,0 +1,161 @@
+"""GFLOP/s of one convolution per shape of ResNet-18/50 and MobileNetV2, as dycl_iree compiles it for
+AVX-512 and for AVX2 CPUs, next to PyTorch and to this machine's single-thread SGEMM.
+
+    python benchmarks/conv_shapes.py [--rounds 5] [--shapes stem,layer3_3x3]
+
+Each shape is one `Conv2d` (+ ReLU) exported by `dycl_iree.export`, batch 1, with input and output
+in NHWC order (the model permutes them), as the convolution sits between channels-last neighbours
+in a network, where the exporter's transposes cancel. Columns, all one thread, timed alternating
+in one process (median over rounds):
+
+- `torch`: PyTorch eager (oneDNN);
+- `AVX-512 direct`: the flags `llvm-cpu` gets on an AVX-512 host (direct channels-last convolution),
+  code for this machine's CPU;
+- `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
+- `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
+  (`decompositions._im2col_wins`: im2col + matmul for many channels), what an AVX2 host gets;
+- `SGEMM`: `torch.mm` of the convolution's im2col matrices ([pixels, k*k*C] by [k*k*C, F]).
+
+The header line gives the machine's SGEMM peak (1024x1024 by 1024x1024, one thread). Running code for
+AVX2 on an AVX-512 machine measures the code, not an AVX2 machine's clock and caches: compare
+columns within one run, never absolute figures between machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ["DYCL_IREE_EXPORT_CACHE"] = "0"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import dycl_iree  # noqa: E402
+from dycl_iree import compile as compile_flags  # noqa: E402
+from dycl_iree import cpu_features  # noqa: E402
+
+# name: (in channels, out channels, input size, kernel, stride, padding, groups)
+SHAPES = {
+    "stem_7x7s2_3_64": (3, 64, 224, 7, 2, 3, 1),
+    "layer1_3x3_64": (64, 64, 56, 3, 1, 1, 1),
+    "layer2_3x3_128": (128, 128, 28, 3, 1, 1, 1),
+    "layer3_3x3_256": (256, 256, 14, 3, 1, 1, 1),
+    "layer4_3x3_512": (512, 512, 7, 3, 1, 1, 1),
+    "layer3_3x3s2_128_256": (128, 256, 28, 3, 2, 1, 1),
+    "downsample_1x1s2_256_512": (256, 512, 14, 1, 2, 0, 1),
+    "bottleneck_1x1_256_64": (256, 64, 56, 1, 1, 0, 1),
+    "bottleneck_1x1_1024_256": (1024, 256, 14, 1, 1, 0, 1),
+    "bottleneck_1x1_512_2048": (512, 2048, 7, 1, 1, 0, 1),
+    "depthwise_3x3_144_56": (144, 144, 56, 3, 1, 1, 144),
+    "depthwise_3x3s2_144_56": (144, 144, 56, 3, 2, 1, 144),
+    "depthwise_3x3_960_7": (960, 960, 7, 3, 1, 1, 960),
+}
+AVX2_CPU = "znver3"
+
+
+class ChannelsLastConvolution(nn.Module):
+    """NHWC in, NHWC out: a convolution between channels-last neighbours."""
+
+    def __init__(self, convolution: nn.Conv2d) -> None:
+        super().__init__()
+        self.convolution = convolution
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.convolution(x.permute(0, 3, 1, 2))).permute(0, 2, 3, 1)
+
+
+def _variants() -> dict[str, tuple[list[str], bool]]:
+    """The `llvm-cpu` flags of each compiled column, and whether the exporter sees AVX-512."""
+    base = [flag for flag in compile_flags.TARGETS["llvm-cpu"] if not flag.startswith("--iree-llvmcpu-target-cpu=")]
+    avx2 = base + [f"--iree-llvmcpu-target-cpu={AVX2_CPU}"]
+    return {
+        "AVX-512 direct": (base + ["--iree-llvmcpu-target-cpu=host"], True),
+        "AVX2 direct": (avx2, True),
+        "AVX2 as exported": (avx2, False),
+    }
+
+
+def _export(model: nn.Module, example: torch.Tensor, variant: tuple[list[str], bool], folder: Path, name: str):
+    """A compiled-host runner of `model` built with exactly these flags, by an exporter that sees (or
+    not) AVX-512 (the target table and the probe are patched for the call; the whole-export cache is
+    off, since its key does not see the probe)."""
+    flags, avx512 = variant
+    saved, saved_probe = compile_flags.TARGETS["llvm-cpu"], cpu_features.has_avx512
+    compile_flags.TARGETS["llvm-cpu"] = flags
+    cpu_features.has_avx512 = lambda: avx512
+    try:
+        bundle = dycl_iree.export(model, (example,))
+    finally:
+        compile_flags.TARGETS["llvm-cpu"] = saved
+        cpu_features.has_avx512 = saved_probe
+    return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
+
+
+def sgemm_peak() -> float:
+    """Best of 5 rounds of torch.mm on 1024x1024 matrices, GFLOP/s, on the threads torch has."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best = 0.0
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        best = max(best, 4 * 2 * 1024**3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def main(names: list[str], rounds: int) -> None:
+    torch.set_num_threads(1)
+    folder = Path(tempfile.mkdtemp(prefix="dycl-conv-shapes-"))
+    variants = _variants()
+    print(f"single-thread SGEMM peak (torch.mm 1024^3): {sgemm_peak():.0f} GFLOP/s")
+    print("| shape | torch | " + " | ".join(variants) + " | SGEMM of its im2col |")
+    print("|---|" + "---|" * (len(variants) + 2))
+    for name in names:
+        channels, features, size, kernel, stride, padding, groups = SHAPES[name]
+        torch.manual_seed(0)
+        model = ChannelsLastConvolution(nn.Conv2d(channels, features, kernel, stride, padding, groups=groups)).eval()
+        example = torch.randn(1, size, size, channels)
+        with torch.no_grad():
+            expected = model(example).numpy()
+        out_size = expected.shape[1]
+        flops = 2 * features * out_size * out_size * (channels // groups) * kernel * kernel
+        patches = torch.randn(out_size * out_size, kernel * kernel * channels // groups)
+        weights = torch.randn(kernel * kernel * channels // groups, features)
+        calls = {"torch": lambda: model(example)}
+        for variant, flags in variants.items():
+            run = _export(model, example, flags, folder, f"{name}-{len(calls)}")
+            np.testing.assert_allclose(run(example), expected, rtol=1e-4, atol=1e-4, err_msg=variant)
+            calls[variant] = lambda run=run: run(example)
+        calls["SGEMM"] = lambda: torch.mm(patches, weights)
+        repeats = {}
+        with torch.no_grad():
+            for key, function in calls.items():
+                function()
+                start = time.perf_counter()
+                function()
+                repeats[key] = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))
+            times: dict[str, list[float]] = {key: [] for key in calls}
+            for _ in range(rounds):
+                for key, function in calls.items():
+                    start = time.perf_counter()
+                    for _ in range(repeats[key]):
+                        function()
+                    times[key].append((time.perf_counter() - start) / repeats[key])
+        rates = {key: flops / statistics.median(values) / 1e9 for key, values in times.items()}
+        print(f"| {name} | " + " | ".join(f"{rate:.1f}" for rate in rates.values()) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names (default: all)")
+    arguments = parser.parse_args()
+    main(arguments.shapes.split(","), arguments.rounds)

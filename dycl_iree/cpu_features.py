@@ -1,0 +1,30 @@
+"""What this machine's CPU can do, where the form of an op depends on it (`decompositions`).
+
+`llvm-cpu` compiles for this machine's CPU (`--iree-llvmcpu-target-cpu=host`), and some forms of an
+op that IREE runs well with one instruction set it runs badly with another (README, performance):
+those choices ask here.
+
+Example:
+    >>> isinstance(has_avx512(), bool)
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+
+
+@functools.cache
+def has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512 (`avx512f` in /proc/cpuinfo); False off x86."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False
