@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from host_runtime import __version__
-from host_runtime.bundle_format import FORMAT, MANIFEST, VERSION, sha256_file
+from host_runtime.bundle_format import FORMAT, MAIN_ABI, MANIFEST, VERSION, sha256_file
 from host_runtime.errors import BundleError
 
 from .program import (
@@ -146,6 +146,8 @@ def make_manifest(
     return {
         "format": FORMAT,
         "version": VERSION,
+        # How the compiled host's `main` takes and returns values (host_runtime/bundle_format.py).
+        "main_abi": MAIN_ABI,
         "model": program.name,
         "module_name": module_name,
         "producer": {

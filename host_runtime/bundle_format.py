@@ -3,7 +3,7 @@
 A bundle is a directory:
 
     model.dycl/
-      manifest.json       format, version, signature, segments, host kind, targets, file hashes
+      manifest.json       format, version, main_abi, signature, segments, host kind, targets, file hashes
       llvm-cpu.vmfb       one vmfb per target (segment functions + the compiled host `main`)
       host.py             the generated Python host
       program.txt         the Program, as `inspect` prints it
@@ -30,7 +30,16 @@ from typing import Any
 from .errors import BundleError
 
 FORMAT = "dycl_iree-bundle"
-VERSION = 1
+# 2: the compiled host's `main` takes and returns scalars as 0-d tensors (MAIN_ABI 2). A runtime that
+# reads version 1 calls `main` with VM scalars; it refuses a version-2 bundle at load, by this number.
+VERSION = 2
+_VERSION_CHANGES = {2: "version 2 passes the compiled host's int, float and bool values as 0-d tensors"}
+# The calling convention of the compiled host's `main`, recorded in the manifest as `main_abi`:
+#   1 (format version 1): tensors as buffer views, int/float/bool as VM i64/f32/i32 values. IREE runtimes
+#     lay out mixed scalar arguments differently (README's traps), so it is refused.
+#   2: every input and output a buffer view; an int is a 0-d int64 tensor, a float a 0-d float32
+#     tensor, a bool a 0-d bool tensor (one byte).
+MAIN_ABI = 2
 MANIFEST = "manifest.json"
 # The dtypes an exporter writes into a manifest (torch's names).
 DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
@@ -93,14 +102,28 @@ def read_manifest(path: str | Path, expected_sha256: str | None = None) -> tuple
     if type(version) is not int:
         raise BundleError(f"{manifest_path}: corrupt manifest ('version' must be an int, not {version!r})")
     if version != VERSION:
+        change = _VERSION_CHANGES.get(max(version, VERSION))
         raise BundleError(
-            f"{manifest_path}: bundle format version {version}, but this runtime reads version {VERSION}; "
-            "re-export the model with this dycl_iree version"
+            f"{manifest_path}: bundle format version {version}, but this runtime reads version {VERSION}"
+            + (f" ({change})" if change else "")
+            + "; re-export the model with this dycl_iree version, or load it with the runtime it was exported for"
         )
     problem = manifest_problem(manifest)
     if problem is not None:
         raise BundleError(f"{manifest_path}: corrupt manifest ({problem})")
     return root, manifest
+
+
+def check_main_abi(root: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a compiled host whose `main` uses another calling convention than this runtime passes
+    (a BundleError naming both), before anything calls it with wrongly laid-out arguments."""
+    abi = manifest["main_abi"]
+    if abi != MAIN_ABI:
+        raise BundleError(
+            f"{root}: its compiled host `main` uses calling convention (main_abi) {abi}, but this runtime "
+            f"passes main_abi {MAIN_ABI}; re-export the model with this dycl_iree version, or run it with "
+            "a runtime of its own version"
+        )
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
@@ -209,6 +232,8 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
     _named_file(files, _key(manifest, "python_host", str, ""), "'python_host'")
     if "program" in manifest:
         _named_file(files, _key(manifest, "program", str, ""), "'program'")
+    if _key(manifest, "main_abi", int, "") < 1:
+        raise _Problem(f"'main_abi' must be a calling convention number (1 or more), not {manifest['main_abi']!r}")
     host = _key(manifest, "host", str, "")
     if host not in HOSTS:
         raise _Problem(f"'host' must be one of {', '.join(map(repr, HOSTS))}, not {host!r}")

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .bundle_format import check_file, read_manifest, select_cpu_target
+from .bundle_format import check_file, check_main_abi, read_manifest, select_cpu_target
 from .errors import BundleError, InputError, ModelRaised
 from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
 
@@ -31,6 +31,8 @@ _NUMPY_DTYPES = {
     "uint8": np.uint8,
     "bool": np.bool_,
 }
+# The 0-d tensor each scalar kind travels as through the compiled host's `main` (main_abi 2).
+_SCALAR_DTYPES = {"int": np.dtype(np.int64), "float": np.dtype(np.float32), "bool": np.dtype(np.bool_)}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # The targets whose vmfbs each driver can run.
 _DRIVER_TARGETS = {
@@ -131,6 +133,8 @@ class Runner:
         if host == "compiled" and self.manifest["host"] != "compiled":
             reason = self.manifest.get("compiled_host_unsupported") or "not built"
             raise BundleError(f"{self.path}: has no compiled host ({reason}); load it with host='python'")
+        if host == "compiled":
+            check_main_abi(self.path, self.manifest)
         self.host = host
         self.device = device
         driver = device.split(":")[0]
@@ -161,7 +165,9 @@ class Runner:
         read_array, read_scalar = readers_for(self._context.config.device, driver)
         self.read_back = "in place" if driver in MAPPABLE_RESULT_DRIVERS else "staged"
         if read_array is not to_numpy:
-            self._convert_output = functools.partial(Runner._convert_output, to_numpy=read_array)
+            self._convert_output = functools.partial(
+                Runner._convert_output, to_numpy=read_array, to_scalar=read_scalar
+            )
         segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
         wanted = ["main"] if host == "compiled" else list(segments)
         absent = [name for name in wanted if module.lookup_function(name) is None]
@@ -169,7 +175,10 @@ class Runner:
             raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
         if host == "compiled":
-            self._main = bind_function(self._context, module, "main", len(self.manifest["outputs"]["leaves"]))
+            # main_abi 2: every result of `main` is a buffer view, scalars included.
+            self._main = bind_function(
+                self._context, module, "main", len(self.manifest["outputs"]["leaves"]), all_tensors=True
+            )
         else:
             source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
             namespace: dict[str, Any] = {}
@@ -177,14 +186,15 @@ class Runner:
             exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
             self._main = namespace["bind"](self.services)
         self._inputs = self.manifest["inputs"]
-        # The VM takes a bool argument of `main` (i1) as an int. The Python host uploads each tensor
+        # The compiled host's `main` takes scalars as 0-d tensors (main_abi 2); the Python host's segment
+        # calls take them as the generated code passes them. The Python host uploads each tensor
         # input once, since several segments may read it. On a GPU the compiled host's inputs are
         # uploaded the same way, into device-local memory (iree.runtime would put a numpy argument in
         # a device-local buffer that the host may map, which a GPU may have to place in host memory).
         on_gpu = driver not in MAPPABLE_RESULT_DRIVERS
         device = self._context.config.device if host == "python" or on_gpu else None
         self._checkers = [
-            _input_checker(i, spec, bool_as_int=host == "compiled", upload_to=device)
+            _input_checker(i, spec, scalar_as_tensor=host == "compiled", upload_to=device)
             for i, spec in enumerate(self._inputs)
         ]
         self._leaves = self.manifest["outputs"]["leaves"]
@@ -256,10 +266,17 @@ class Runner:
         return (*positional, *(named[name] for name in names[len(positional) :]))
 
     @staticmethod
-    def _convert_output(value: Any, spec: dict[str, Any], to_numpy: Callable[[Any], np.ndarray] = to_numpy) -> Any:
+    def _convert_output(
+        value: Any,
+        spec: dict[str, Any],
+        to_numpy: Callable[[Any], np.ndarray] = to_numpy,
+        to_scalar: Callable[[Any], Any] = to_scalar,
+    ) -> Any:
         kind = spec["kind"]
         if "constant" in spec and value is None:
             return spec["constant"]
+        if kind in _SCALAR_DTYPES and not isinstance(value, (bool, int, float)):
+            value = to_scalar(value)  # the compiled host returns a scalar as a 0-d tensor (main_abi 2)
         if kind == "tensor":
             array = to_numpy(value)
             want = _NUMPY_DTYPES.get(spec["dtype"])
@@ -278,14 +295,31 @@ class Runner:
 
 
 def _input_checker(
-    position: int, spec: dict[str, Any], bool_as_int: bool, upload_to: Any = None
+    position: int, spec: dict[str, Any], scalar_as_tensor: bool, upload_to: Any = None
 ) -> Callable[[Any], Any]:
     """A function that checks and converts one input, built once per bundle (this is per-call work).
 
-    With `upload_to` (a device), a tensor input comes back as a buffer on that device.
+    With `upload_to` (a device), a tensor input comes back as a buffer on that device. With
+    `scalar_as_tensor` (the compiled host's `main`, main_abi 2), an int, float or bool comes back as
+    a 0-d int64, float32 or bool array (or buffer), as `main` takes it.
     """
     where = f"input {position} ({spec['name']!r})"
     kind = spec["kind"]
+    if scalar_as_tensor and kind in _SCALAR_DTYPES:
+        check_scalar = _input_checker(position, spec, scalar_as_tensor=False)
+        dtype = _SCALAR_DTYPES[kind]
+        if upload_to is None:
+
+            def check_scalar_as_array(value: Any) -> np.ndarray:
+                return np.asarray(check_scalar(value), dtype)
+
+            return check_scalar_as_array
+        element_type = element_type_of(dtype)
+
+        def check_scalar_as_buffer(value: Any) -> Any:
+            return upload(upload_to, np.asarray(check_scalar(value), dtype), element_type)
+
+        return check_scalar_as_buffer
     if kind == "tensor":
         dtype = np.dtype(_NUMPY_DTYPES.get(spec["dtype"], spec["dtype"]))
         shape = tuple(spec["shape"])
@@ -325,7 +359,7 @@ def _input_checker(
         def check_bool(value: Any) -> Any:
             if not isinstance(value, (bool, np.bool_)):
                 raise InputError(f"{where} must be a bool, got {type(value).__name__}")
-            return int(value) if bool_as_int else bool(value)
+            return bool(value)
 
         return check_bool
     if kind == "int":

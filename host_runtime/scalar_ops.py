@@ -43,6 +43,7 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::remainder": ScalarOp(lambda a, b: a % b, "({0} % {1})"),
     "aten::neg": ScalarOp(lambda a: -a, "(-{0})"),
     "aten::abs": ScalarOp(abs, "abs({0})"),
+    "prim::abs": ScalarOp(abs, "abs({0})"),
     "aten::pow": ScalarOp(lambda a, b: a**b, "({0} ** {1})"),
     "prim::min": ScalarOp(min, "min({0}, {1})"),
     "prim::max": ScalarOp(max, "max({0}, {1})"),
@@ -52,10 +53,13 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::ge": ScalarOp(lambda a, b: a >= b, "({0} >= {1})"),
     "aten::eq": ScalarOp(lambda a, b: a == b, "({0} == {1})"),
     "aten::ne": ScalarOp(lambda a, b: a != b, "({0} != {1})"),
-    "aten::__and__": ScalarOp(lambda a, b: a and b, "({0} and {1})"),
-    "aten::__or__": ScalarOp(lambda a, b: a or b, "({0} or {1})"),
-    "aten::__xor__": ScalarOp(lambda a, b: a != b, "({0} != {1})"),
+    # Bitwise, as TorchScript's `&` and `|` of ints (`and`/`or` would give 3 for 7 & 3); on bools the same.
+    "aten::__and__": ScalarOp(lambda a, b: a & b, "({0} & {1})"),
+    "aten::__or__": ScalarOp(lambda a, b: a | b, "({0} | {1})"),
+    "aten::__xor__": ScalarOp(lambda a, b: a ^ b, "({0} ^ {1})"),
     "aten::__not__": ScalarOp(lambda a: not a, "(not {0})"),
+    "aten::__lshift__": ScalarOp(lambda a, b: a << b, "({0} << {1})"),
+    "aten::__rshift__": ScalarOp(lambda a, b: a >> b, "({0} >> {1})"),
     "aten::Int": ScalarOp(int, "int({0})"),
     "aten::Float": ScalarOp(float, "float({0})"),
     "aten::Bool": ScalarOp(bool, "bool({0})"),
@@ -64,6 +68,17 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::sqrt": ScalarOp(math.sqrt, "math.sqrt({0})"),
     "aten::exp": ScalarOp(math.exp, "math.exp({0})"),
     "aten::log": ScalarOp(math.log, "math.log({0})"),
+    # TorchScript's round of a float is a float (Python's is an int); both round half to even.
+    "aten::round": ScalarOp(lambda a: float(round(a)), "float(round({0}))"),
+    "aten::isnan": ScalarOp(math.isnan, "math.isnan({0})"),
+    "aten::isinf": ScalarOp(math.isinf, "math.isinf({0})"),
+    **{
+        f"aten::{name}": ScalarOp(getattr(math, name), f"math.{name}({{0}})")
+        for name in (
+            "log10", "log1p", "expm1", "sin", "cos", "tan", "tanh", "asin", "acos", "atan",
+            "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "fabs",
+        )
+    },  # fmt: skip
     "aten::len": ScalarOp(len, "len({0})"),
     "aten::append": ScalarOp(_append, "[*{0}, {1}]"),
     "aten::__getitem__": ScalarOp(lambda items, i: items[i], "{0}[{1}]"),
@@ -80,7 +95,9 @@ def op_key(target: str) -> str:
 
 # Int arithmetic that can leave the int64 range: TorchScript's ints are int64 and wrap around (as
 # the compiled host's i64 ops do); Python's would grow.
-_WRAPPING = frozenset({"aten::add", "aten::sub", "aten::mul", "aten::neg", "aten::floordiv", "aten::abs"})
+_WRAPPING = frozenset(
+    {"aten::add", "aten::sub", "aten::mul", "aten::neg", "aten::floordiv", "aten::abs", "prim::abs", "aten::__lshift__"}
+)
 
 
 def int64(value: Any) -> Any:

@@ -13,9 +13,10 @@ with ResNet/ResNeXt encoders). The encoder turns the image into L annotation vec
 The initial LSTM state is an MLP (one linear + tanh per state) of the mean annotation.
 
 Greedy decoding: start from the start token and take the argmax word each step, collecting the
-words in a `List[int]`, until the end token comes out (`break`) or `max_length` words were made.
-The output `torch.tensor(tokens)` therefore has a data-dependent length; it ends with the end token
-exactly when the loop exited through the `break`.
+words in a `List[int]`, until the end token comes out or `max_length` words were made. As the
+published decoders do, the caption is returned from inside the decode loop when the end token comes
+out, and after the loop when the cap is reached. The output `torch.tensor(tokens)` therefore has a
+data-dependent length; it ends with the end token exactly when the loop returned early.
 
 Scaled down: the encoder is a 3-block ResNet (16-16-32-32 channels) giving a 4x4 grid of 32-d
 annotation vectors (L=16, D=32) instead of a 14x14x512 VGG/ResNet grid; embedding 16, LSTM hidden
@@ -131,7 +132,7 @@ class ShowAttendTell(nn.Module):
             token = int(word.item())
             tokens.append(token)
             if token == self.word_map["<end>"]:
-                break
+                return torch.tensor(tokens, dtype=torch.long)
         return torch.tensor(tokens, dtype=torch.long)
 
     @torch.jit.unused

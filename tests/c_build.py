@@ -123,6 +123,8 @@ class CRuntime:
             "CMAKE_PREFIX_PATH": str(self.prefix),
             "EDGE_APP_BUNDLE": str(bundle),
             "DYCL_PYTHON": sys.executable,
+            # The generator of this checkout (the code under test), not whichever dycl_iree is installed.
+            "DYCL_GENERATOR_PYTHONPATH": str(ROOT),
             "DYCL_EMBED_DATA_EXECUTABLE": str(self.host_bin / "iree-c-embed-data"),
             **(variables or {}),
         }

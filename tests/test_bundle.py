@@ -71,6 +71,36 @@ def test_other_format_version(bundle_copy: Path) -> None:
     assert f"version {VERSION + 1}" in message and "re-export" in message
 
 
+def test_a_bundle_from_before_main_abi_2_is_refused_naming_both_versions(bundle_copy: Path) -> None:
+    """Format version 1 (its `main` took VM scalars): refused by name, never called with tensors."""
+    manifest = json.loads((bundle_copy / MANIFEST).read_text())
+    manifest["version"] = 1
+    del manifest["main_abi"]
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
+    for host in ("compiled", "python"):
+        message = _load_error(bundle_copy, host=host)
+        assert f"bundle format version 1, but this runtime reads version {VERSION}" in message, message
+        assert "0-d tensors" in message and "re-export" in message
+
+
+def test_a_compiled_host_of_another_main_abi_is_refused_naming_both(bundle_copy: Path, tmp_path: Path) -> None:
+    from dycl_iree.emit_c import emit_c
+    from host_runtime.bundle_format import MAIN_ABI
+
+    manifest = json.loads((bundle_copy / MANIFEST).read_text())
+    assert manifest["main_abi"] == MAIN_ABI == 2
+    manifest["main_abi"] = 3
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
+    message = _load_error(bundle_copy)
+    assert "calling convention (main_abi) 3, but this runtime passes main_abi 2" in message, message
+    with pytest.raises(dycl_iree.BundleError, match=r"main_abi\) 3, but this runtime passes main_abi 2"):
+        emit_c(bundle_copy, tmp_path)
+    # The Python host calls the segments, not `main`: it still runs.
+    run = dycl_iree.load(bundle_copy, host="python")
+    logits, exit_index = run(np.ones((1, 8), np.float32))
+    assert logits.shape == (1, 4) and exit_index in (0, 1)
+
+
 def test_truncated_vmfb(bundle_copy: Path) -> None:
     vmfb = bundle_copy / "llvm-cpu.vmfb"
     vmfb.write_bytes(vmfb.read_bytes()[:1000])

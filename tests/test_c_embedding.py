@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -33,8 +32,42 @@ from .c_build import HOST_CPU, CRuntime, aarch64_python, app_arguments, c_runtim
 
 CROSS_TARGET = "llvm-cpu:aarch64-linux-gnu"
 CPUS = [HOST_CPU, "aarch64"] if HOST_CPU != "aarch64" else ["aarch64"]
-# The programs the issue names, and one zoo model (7 samples, one per exit).
-MODELS = ["early_exit", "for_break", "greedy_decoder", "sdn_resnet56"]
+# The programs the issue names, one zoo model (7 samples, one per exit), and the scalars in every order.
+MODELS = ["early_exit", "for_break", "greedy_decoder", "sdn_resnet56", "mixed_scalars"]
+
+
+class MixedScalars(torch.nn.Module):
+    """Ints, floats and bools in every order of two neighbours (float-bool, bool-int, int-bool,
+    bool-float, float-int, int-float, and an int before the tensor), and scalar outputs of every kind
+    among a tensor one. A runtime that lays out mixed scalar arguments otherwise than the compiler
+    (README's traps) reads some of them wrong; ints beyond 32 bits and negative ones show a lost
+    high half."""
+
+    def forward(self, n0: int, x: torch.Tensor, s0: float, b0: bool, n1: int, b1: bool, s1: float, n2: int,
+                s2: float):
+        y = x * s0 + n0
+        if b0:
+            y = y + s1
+        if b1:
+            y = y * s2
+        else:
+            y = y - n0
+        total = float(y.sum())
+        return total > s2, n0 * n1 - n2, y, total * s0, b1, n2
+
+
+def mixed_scalars() -> tuple[torch.nn.Module, tuple, None, list[tuple]]:
+    x = torch.linspace(-1.0, 2.0, 6).reshape(2, 3)
+    samples = [
+        (3, x, 0.5, True, 5_000_000_000, True, -1.25, -7, 2.0),
+        (-2, x * 2, -1.5, False, -3, False, 0.75, 6_000_000_001, -0.5),
+        (0, -x, 2.25, True, 1, False, 3.5, -(2**40), 1.0),
+        (7, x + 1, 1.0, False, -(2**33), True, -2.0, 11, -3.0),
+    ]
+    return MixedScalars(), samples[0], None, samples
+
+
+_LOCAL_MODELS = {"mixed_scalars": mixed_scalars}
 
 
 @dataclass
@@ -48,6 +81,8 @@ class CBundle:
 
 def _factory(name: str) -> tuple[torch.nn.Module, tuple, Any, list[tuple]]:
     """(model, example inputs, dynamic shapes, samples)."""
+    if name in _LOCAL_MODELS:
+        return _LOCAL_MODELS[name]()
     if name in ZOO:
         model, example_inputs = ZOO[name].build()
         return model, example_inputs, None, ZOO[name].samples()
@@ -200,13 +235,6 @@ def test_typed_dynamic_dim_and_its_checks(typed_api, c_bundles, tmp_path: Path) 
     assert "input 'x' has negative size -1 in dim 0" in negative
 
 
-@pytest.mark.xfail(
-    condition=not os.environ.get("DYCL_IREE_SOURCE_DIR"),
-    strict=True,
-    reason="version skew: IREE's runtime snapshot b48a5955 (3.12.0.dev, the offline source) runs a 3.13.0 vmfb's "
-    "main(tensor, i64, f32, i32) with the f32 and i32 arguments read as 0; its own iree-run-module does the same, "
-    "the 3.13.0 wheel's is right. A runtime built from the compiler's tag (v3.13.0) should pass (not tried here).",
-)
 def test_typed_scalars_in_and_out(typed_api, c_bundles, tmp_path: Path) -> None:
     item = c_bundles("scalar_inputs")
     for index, (x, n, scale, flag) in enumerate(item.samples):
@@ -233,10 +261,52 @@ def test_typed_code_refuses_another_bundle(typed_api, c_bundles, tmp_path: Path)
     assert manifest["module_name"] == "dycl_greedydecoder"
     text = _typed(typed_api, "mismatch", impostor / manifest["targets"]["llvm-cpu"]["file"])
     assert text.startswith("error FAILED_PRECONDITION"), text
-    assert "calling convention '0r_r' but the signature expects '0rI_r'" in text
+    assert "calling convention '0r_r' but the signature expects '0rr_r'" in text
     text = _typed(typed_api, "wrong-model")
     assert text.startswith("error INVALID_ARGUMENT"), text
     assert "greedy_decoder_run: the model was not created by greedy_decoder_create" in text
+
+
+# What a decoder's `main` was before main_abi 2: its int input a VM i64 (calling convention '0rI_r').
+_MAIN_ABI_1_DECODER = """
+module @dycl_greedydecoder {
+  func.func @main(%h: tensor<1x8xf32>, %start: i64) -> tensor<?xi64> {
+    %row = tensor.from_elements %start : tensor<1xi64>
+    %any = tensor.cast %row : tensor<1xi64> to tensor<?xi64>
+    return %any : tensor<?xi64>
+  }
+}
+"""
+
+
+def test_typed_code_refuses_a_vmfb_whose_main_takes_vm_scalars(typed_api, tmp_path: Path) -> None:
+    """A vmfb of main_abi 1 is refused at load, both calling conventions named, never run with garbage."""
+    from iree.compiler import compile_str
+
+    from dycl_iree.compile import target_flags
+
+    vmfb = tmp_path / "abi1.vmfb"
+    vmfb.write_bytes(compile_str(_MAIN_ABI_1_DECODER, extra_args=target_flags("llvm-cpu")))
+    text = _typed(typed_api, "mismatch", vmfb)
+    assert text.startswith("error FAILED_PRECONDITION"), text
+    assert "takes scalars as VM values (calling convention '0rI_r': main_abi 1" in text, text
+    assert "this runtime passes main_abi 2 (scalars as 0-d tensors, '0rr_r')" in text, text
+    # Code generated for main_abi 1 is refused too, before the vmfb is looked at.
+    text = _typed(typed_api, "old-signature")
+    assert text.startswith("error FAILED_PRECONDITION"), text
+    assert "the signature was generated for main_abi 1, but this runtime passes main_abi 2" in text, text
+
+
+def test_main_takes_and_returns_only_buffer_views(c_bundles) -> None:
+    """The VM signature of `main` (what every runtime marshals) holds no scalar, as IREE's own dump shows."""
+    import sys
+
+    item = c_bundles("mixed_scalars")
+    dump = Path(sys.executable).parent / "iree-dump-module"
+    text = run([str(dump), str(item.path / item.manifest["targets"]["llvm-cpu"]["file"])]).stdout
+    (line,) = [line for line in text.splitlines() if " main(" in line]
+    assert line.split("] ", 1)[1] == "main(" + ", ".join(["!vm.ref<?>"] * 9) + ") -> (" + ", ".join(
+        ["!vm.ref<?>"] * 6) + ")", line
 
 
 # -- the Python runtime on aarch64 ----------------------------------------------------------------------

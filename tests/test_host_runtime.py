@@ -56,3 +56,28 @@ def test_to_numpy_round_trips(device, name):
 def test_to_scalar_reads_any_one_element_tensor(device, array):
     value = to_scalar(upload(device, array, element_type_of(array.dtype)))
     assert type(value) is type(array.item()) and value == array.item()
+
+
+# -- the compiled host's calling convention (main_abi 2) -------------------------------------------
+
+
+def test_the_compiled_host_passes_and_reads_scalars_as_0d_tensors(exported):
+    """`main` takes an int, float and bool as 0-d int64, float32 and bool arrays and returns its
+    scalars as 0-d tensors; ints beyond 32 bits and negative ones come back exact."""
+    import host_runtime
+
+    item = exported("scalar_inputs")
+    assert item.bundle.host == "compiled"
+    run = host_runtime.load(item.path, host="compiled")
+    x = item.samples()[0][0]
+    arguments = run.check_inputs((x.numpy(), -5_000_000_000, 0.5, False))
+    assert [(a.dtype, a.shape) for a in arguments[1:]] == [
+        (np.dtype(np.int64), ()), (np.dtype(np.float32), ()), (np.dtype(np.bool_), ())
+    ]
+    for n, scale, flag in [(-5_000_000_000, 0.5, False), (2**40, -1.25, True), (-1, 3.0, True)]:
+        y, (n_plus_one, total), positive = run(x.numpy(), n, scale, flag)
+        expected_y, (expected_n, expected_total), expected_positive = item.reference(x, n, scale, flag)
+        np.testing.assert_allclose(y, expected_y.numpy(), rtol=1e-6)
+        assert type(n_plus_one) is int and n_plus_one == expected_n == n + 1
+        assert type(total) is float and total == pytest.approx(expected_total, rel=1e-5)
+        assert type(positive) is bool and positive == expected_positive

@@ -25,6 +25,8 @@ import math
 import struct
 from typing import Any
 
+from host_runtime.scalar_ops import op_key
+
 from ..guards import CHECK_INDEX
 from ..program import (
     STAND_IN,
@@ -46,6 +48,7 @@ from ..program import (
     dispatch,
 )
 from ..sources import relative_sources
+from .scalars import emit_scalar_op
 
 INT64_MAX = 9223372036854775807
 
@@ -62,14 +65,15 @@ _MLIR_DTYPE = {
     "bool": "i1",
 }
 
-# Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types.
+# Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
+# other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
+# but with C's sign rule (-7 % 3 gives -1; TorchScript and Python give 2); nor `aten.floordiv.int`, whose
+# division by zero stops the process with SIGFPE.
 _LEGAL_HOST_OPS = {
     "aten::add.int": "!torch.int",
     "aten::sub.int": "!torch.int",
     "aten::mul.int": "!torch.int",
     "aten::neg.int": "!torch.int",
-    "aten::floordiv.int": "!torch.int",
-    "aten::remainder.int": "!torch.int",
     "aten::lt.int": "!torch.bool",
     "aten::le.int": "!torch.bool",
     "aten::gt.int": "!torch.bool",
@@ -385,6 +389,12 @@ class _Emitter(Emitter):
                 f"{result} = {op} {', '.join(o[0] for o in operands)} : "
                 f"{', '.join(o[1] for o in operands)} -> {result_type}"
             )
+        elif (
+            output is not None
+            and isinstance(output.type, ScalarType)
+            and emit_scalar_op(self, op_key(target), node.args, output.type.kind, node.source, result)
+        ):
+            result_type = mlir_type(output.type)
         else:
             where = f" ({node.source})" if node.source else ""
             raise CompiledHostUnsupported(f"host operation {target}{where}")
@@ -562,11 +572,13 @@ class _Emitter(Emitter):
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
-        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(arguments, carried)]
+        kept = self.barrier_all(arguments, builtins)
+        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(next_values, types)
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
+        next_builtins = self.barrier_all(next_builtins, builtins)
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
         self.depth -= 1
@@ -629,28 +641,55 @@ class _Emitter(Emitter):
             tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
         return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
 
-    def barrier(self, name: str, type_text: str) -> str:
-        """`name` (a tensor, int or bool) through `util.optimization_barrier`, a tensor's dynamic dims tied
-        again (IREE needs them after it)."""
-        builtin = _scalar_or_builtin(type_text)
-        tensor = self.to_builtin(name, type_text)
+    def barrier_all(self, names: list[str], builtins: list[str]) -> list[str]:
+        """`names` (builtin-typed), each through its own `util.optimization_barrier`.
+
+        An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
+        3.13's stream conversion (`ScfWhileOpConversion`) converts both regions with the signature
+        of the loop's operands, so a loop that MLIR's canonicalizer narrowed (a carried value the
+        body overwrites without reading, like the value of a `return` inside the loop, loses its
+        `before` argument; a value yielded twice or from outside the loop loses its result) makes
+        iree-compile crash (SIGSEGV in `applySignatureConversion`) or fail ("failed to legalize
+        unresolved materialization from () to ('index')"). A barrier on every argument at the top
+        of the body and on every value the body passes on leaves nothing to narrow. One barrier per
+        value: a barrier of several values must keep their types, which the stream conversion
+        breaks (each tensor gets its own resource lifetime).
+        """
+        return [self.builtin_barrier(name, builtin, sizes_too=True) for name, builtin in zip(names, builtins)]
+
+    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
+        """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
+        (iree-compile fails on a barrier of a dynamically shaped tensor otherwise: "'tensor.dim' op
+        unexpected during shape cleanup")."""
         dims = []
         sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
         for position, size in enumerate(sizes):
             if size == "?":
                 index, dim = self.fresh(), self.fresh()
                 self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
-                self.emit(f'{dim} = "tensor.dim"({tensor}, {index}) : ({builtin}, index) -> index')
+                self.emit(f'{dim} = "tensor.dim"({name}, {index}) : ({builtin}, index) -> index')
+                # The size goes through the barrier too: IREE carries a dynamic dim of a loop-carried
+                # tensor as a loop argument of its own (ExpandTensorShapes), which the canonicalizer
+                # drops again when nothing in the body reads it, and the loop is narrowed anyway.
+                if sizes_too:
+                    kept_dim = self.fresh()
+                    self.emit(f'{kept_dim} = "util.optimization_barrier"({dim}) : (index) -> index')
+                    dim = kept_dim
                 dims.append(dim)
         kept = self.fresh()
-        self.emit(f'{kept} = "util.optimization_barrier"({tensor}) : ({builtin}) -> {builtin}')
+        self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
         if dims:
             tied = self.fresh()
             operands = ", ".join([kept, *dims])
             dim_types = ", ".join([builtin] + ["index"] * len(dims))
             self.emit(f'{tied} = "flow.tensor.tie_shape"({operands}) : ({dim_types}) -> {builtin}')
             kept = tied
-        return self.from_builtin(kept, type_text)
+        return kept
+
+    def barrier(self, name: str, type_text: str) -> str:
+        """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
+        builtin = _scalar_or_builtin(type_text)
+        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin), type_text)
 
     def to_builtin(self, name: str, type_text: str) -> str:
         op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
@@ -734,11 +773,7 @@ def _builtin_type(type_text: str) -> str | None:
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
     """MLIR text of `func.func @main`, or CompiledHostUnsupported naming what it cannot express."""
     emitter = _Emitter(signatures)
-    params = []
-    for index, value in enumerate(program.inputs):
-        type_text = mlir_type(value.type)
-        emitter.define(value, f"%arg{index}", type_text)
-        params.append(f"%arg{index}: {type_text}")
+    params = _abi_params(emitter, program.inputs)
     result_types = []
     for arg in program.body.results:
         try:
@@ -749,10 +784,78 @@ def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str],
     if emitter.unsupported:
         raise CompiledHostUnsupported("; ".join(dict.fromkeys(emitter.unsupported)))
     results = emitter.region_results(program.body, result_types)
+    results, result_types = _abi_results(emitter, results, result_types)
     body = emitter.lines
     header = f"func.func @main({', '.join(params)}) -> ({', '.join(result_types)}) {{"
     footer = [f"  return {', '.join(results)} : {', '.join(result_types)}", "}"]
     return "\n".join([header, *body, *footer])
+
+
+# The calling convention of `main` (MAIN_ABI, the manifest's `main_abi`): every int, float and bool
+# input and output is a 0-d tensor, so the VM signature of `main` holds only buffer views. IREE
+# runtimes disagree on how scalar arguments of a VM call are laid out (the C runtime snapshot loses an
+# i64's high half and shifts the arguments after it, README's traps), but all pass buffer views alike.
+# A float is float32, as everywhere in an IREE module (iree-compile demotes f64 to f32 by default);
+# a bool is one byte (i1 tensors are stored as i8).
+_ABI_TENSORS = {
+    "!torch.int": ("!torch.vtensor<[],si64>", "Int"),
+    "!torch.float": ("!torch.vtensor<[],f32>", "Float"),
+    "!torch.bool": ("!torch.vtensor<[],i1>", "Bool"),
+}
+
+
+def _abi_params(emitter: _Emitter, inputs: list[Value]) -> list[str]:
+    """The parameters of `main`; a scalar input arrives as a 0-d tensor and is read into its torch
+    scalar first thing, so the body sees the same `!torch.int` / `.float` / `.bool` as before."""
+    params = []
+    for index, value in enumerate(inputs):
+        type_text = mlir_type(value.type)
+        name = f"%arg{index}"
+        if type_text not in _ABI_TENSORS:
+            emitter.define(value, name, type_text)
+            params.append(f"{name}: {type_text}")
+            continue
+        tensor, read = _ABI_TENSORS[type_text]
+        scalar = emitter.fresh()
+        emitter.emit(f"{scalar} = torch.aten.{read}.Tensor {name} : {tensor} -> {type_text}")
+        emitter.define(value, scalar, type_text)
+        params.append(f"{name}: {tensor}")
+    return params
+
+
+def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tuple[list[str], list[str]]:
+    """The results of `main`, a scalar one wrapped into its 0-d tensor."""
+    names, abi_types = [], []
+    for name, type_text in zip(results, types):
+        if type_text not in _ABI_TENSORS:
+            names.append(name)
+            abi_types.append(type_text)
+            continue
+        tensor = _ABI_TENSORS[type_text][0]
+        if type_text == "!torch.float":  # through f64, as torch does
+            wrapped = emitter.cast(name, type_text, tensor)
+        else:  # NumToTensor takes no bool: a bool goes through its int, then to bool (`!= 0`)
+            number = emitter.cast(name, type_text, "!torch.int") if type_text == "!torch.bool" else name
+            wrapped = emitter.fresh()
+            emitter.emit(f"{wrapped} = torch.prim.NumToTensor.Scalar {number} : !torch.int -> !torch.vtensor<[],si64>")
+            if type_text == "!torch.bool":
+                wrapped = _to_dtype(emitter, wrapped, "!torch.vtensor<[],si64>", "bool", tensor)
+        names.append(wrapped)
+        abi_types.append(tensor)
+    return names, abi_types
+
+
+def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
+    """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
+    code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
+    emitter.emit(f"{code} = torch.constant.int {_DTYPE_CODES[dtype]}")
+    emitter.emit(f"{false} = torch.constant.bool false")
+    emitter.emit(f"{none} = torch.constant.none")
+    emitter.emit(
+        f"{result} = torch.aten.to.dtype {name}, {code}, {false}, {false}, {none} : "
+        f"{have}, !torch.int, !torch.bool, !torch.bool, !torch.none -> {want}"
+    )
+    return result
 
 
 def _result_type(arg: Arg) -> str:

@@ -542,6 +542,14 @@ class _Specializer:
                 raise SpecializeError(f"a loop body that always raises ({source})")
             result_leaves, result_structure = flatten_entries(results[1:])
             if result_structure != structure:
+                # A `return` inside the loop: TorchScript carries the returned tuple, uninitialized
+                # until the body returns; it takes the structure of what the body returns.
+                adapted = [_uninitialized_like(a, b)[0] for a, b in zip(initial, results[1:])]
+                if flatten_entries(adapted)[1] != structure:
+                    initial = adapted
+                    initial_leaves, structure = flatten_entries(initial)
+                    types = [type_of(leaf, source) for leaf in initial_leaves]
+                    continue
                 # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
                 reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
                 if flatten_entries(reconciled)[1] == structure:
@@ -558,6 +566,9 @@ class _Specializer:
         else:
             raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
         outputs = tuple(self.new_value(t, "c") for t in types)
+        # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
+        # starts as a stand-in of its type: the compiled host's loop must carry a value.
+        initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
         self.nodes.append(
             Loop(
                 trip_count,

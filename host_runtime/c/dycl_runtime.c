@@ -104,9 +104,31 @@ static bool dycl_element_type_holds(iree_hal_element_type_t element_type, dycl_d
   return dtype == DYCL_DTYPE_BOOL ? (is_bool || !is_float) : !is_bool;
 }
 
-// The character IREE's calling convention strings use for a value of |kind| ("0rI_rI" is
-// `main(tensor, i64) -> (tensor, i64)`).
+// The dtype of the 0-d tensor a scalar of |kind| travels as through `main` (main_abi 2).
+static dycl_dtype_t dycl_scalar_dtype(dycl_kind_t kind) {
+  switch (kind) {
+    case DYCL_KIND_INT:
+      return DYCL_DTYPE_INT64;
+    case DYCL_KIND_FLOAT:
+      return DYCL_DTYPE_FLOAT32;
+    case DYCL_KIND_BOOL:
+      return DYCL_DTYPE_BOOL;
+    case DYCL_KIND_TENSOR:
+      break;
+  }
+  return DYCL_DTYPE_FLOAT32;
+}
+
+// The character IREE's calling convention strings use for a value of |kind| under main_abi 2:
+// every value is a buffer view ("0rr_r" is `main(tensor, int) -> (tensor)`).
 static char dycl_kind_cconv(dycl_kind_t kind) {
+  (void)kind;
+  return 'r';
+}
+
+// The same under main_abi 1 (bundles of dycl_iree before main_abi 2), where scalars were VM
+// values: only to name that convention when a vmfb uses it.
+static char dycl_kind_cconv_abi1(dycl_kind_t kind) {
   switch (kind) {
     case DYCL_KIND_TENSOR:
       return 'r';
@@ -213,6 +235,12 @@ static iree_status_t dycl_check_signature(const dycl_signature_t* signature) {
   if (!signature || !signature->module_name) {
     return iree_make_status(IREE_STATUS_INVALID_ARGUMENT, "a model needs a signature with a module name");
   }
+  if (signature->main_abi != DYCL_MAIN_ABI) {
+    return iree_make_status(IREE_STATUS_FAILED_PRECONDITION,
+                            "%s: the signature was generated for main_abi %d, but this runtime passes main_abi %d; "
+                            "generate the code again with the dycl_iree that exported the bundle",
+                            signature->model, signature->main_abi, DYCL_MAIN_ABI);
+  }
   for (iree_host_size_t i = 0; i < signature->input_count + signature->output_count; ++i) {
     bool is_input = i < signature->input_count;
     const dycl_value_spec_t* spec =
@@ -226,27 +254,41 @@ static iree_status_t dycl_check_signature(const dycl_signature_t* signature) {
   return iree_ok_status();
 }
 
+// The calling convention string of `main` for |signature|, each value's character given by |cconv|.
+static iree_host_size_t dycl_format_cconv(const dycl_signature_t* signature, char (*cconv)(dycl_kind_t),
+                                          char* out) {
+  iree_host_size_t length = 0;
+  out[length++] = '0';
+  for (iree_host_size_t i = 0; i < signature->input_count; ++i) out[length++] = cconv(signature->inputs[i].kind);
+  if (signature->input_count == 0) out[length++] = 'v';
+  out[length++] = '_';
+  for (iree_host_size_t i = 0; i < signature->output_count; ++i) out[length++] = cconv(signature->outputs[i].kind);
+  if (signature->output_count == 0) out[length++] = 'v';
+  return length;
+}
+
 // Checks that the vmfb's `main` takes and returns what the signature says: a header generated
-// from another bundle (or another export of the same model) is refused at load time.
+// from another bundle (or another export of the same model), or a vmfb whose `main` uses another
+// calling convention (main_abi), is refused at load time.
 static iree_status_t dycl_check_calling_convention(const dycl_model_t* model) {
   const dycl_signature_t* signature = model->signature;
-  char expected[2 * 64 + 4];
+  char expected[2 * 64 + 4], abi1[2 * 64 + 4];
   iree_host_size_t count = signature->input_count + signature->output_count;
   if (count > 2 * 64) {
     return iree_make_status(IREE_STATUS_UNIMPLEMENTED, "%s: more than 128 inputs and outputs", signature->model);
   }
-  iree_host_size_t length = 0;
-  expected[length++] = '0';
-  for (iree_host_size_t i = 0; i < signature->input_count; ++i) {
-    expected[length++] = dycl_kind_cconv(signature->inputs[i].kind);
-  }
-  if (signature->input_count == 0) expected[length++] = 'v';
-  expected[length++] = '_';
-  for (iree_host_size_t i = 0; i < signature->output_count; ++i) {
-    expected[length++] = dycl_kind_cconv(signature->outputs[i].kind);
-  }
-  if (signature->output_count == 0) expected[length++] = 'v';
+  iree_host_size_t length = dycl_format_cconv(signature, dycl_kind_cconv, expected);
+  iree_host_size_t abi1_length = dycl_format_cconv(signature, dycl_kind_cconv_abi1, abi1);
   iree_string_view_t actual = iree_vm_function_signature(&model->main_function).calling_convention;
+  if (!iree_string_view_equal(actual, iree_make_string_view(expected, length)) &&
+      iree_string_view_equal(actual, iree_make_string_view(abi1, abi1_length))) {
+    return iree_make_status(IREE_STATUS_FAILED_PRECONDITION,
+                            "%s: the vmfb's %s.main takes scalars as VM values (calling convention '%.*s': main_abi 1, "
+                            "a bundle exported before main_abi 2), but this runtime passes main_abi %d (scalars as "
+                            "0-d tensors, '%.*s'); re-export the bundle with this dycl_iree version",
+                            signature->model, signature->module_name, (int)actual.size, actual.data, DYCL_MAIN_ABI,
+                            (int)length, expected);
+  }
   if (!iree_string_view_equal(actual, iree_make_string_view(expected, length))) {
     return iree_make_status(IREE_STATUS_FAILED_PRECONDITION,
                             "%s: the vmfb's %s.main has calling convention '%.*s' but the signature expects '%.*s' "
@@ -502,27 +544,14 @@ iree_status_t dycl_model_check(const dycl_model_t* model, const dycl_value_t* in
 // Calls
 //===----------------------------------------------------------------------===//
 
-static iree_status_t dycl_push_input(dycl_model_t* model, const dycl_value_spec_t* spec, const dycl_value_t* value) {
-  iree_vm_value_t scalar;
-  switch (spec->kind) {
-    case DYCL_KIND_INT:
-      scalar = iree_vm_value_make_i64(value->i64);
-      return iree_vm_list_push_value(model->input_list, &scalar);
-    case DYCL_KIND_FLOAT:
-      scalar = iree_vm_value_make_f32(value->f32);
-      return iree_vm_list_push_value(model->input_list, &scalar);
-    case DYCL_KIND_BOOL:
-      scalar = iree_vm_value_make_i32(value->boolean ? 1 : 0);
-      return iree_vm_list_push_value(model->input_list, &scalar);
-    case DYCL_KIND_TENSOR:
-      break;
-  }
-  const dycl_tensor_t* tensor = &value->tensor;
+// Uploads |data| (dense, |rank| dims of |dtype|) into a device buffer and appends it to the inputs.
+static iree_status_t dycl_push_buffer(dycl_model_t* model, dycl_dtype_t dtype, iree_host_size_t rank,
+                                      const int64_t* dims, const void* data) {
   iree_hal_dim_t shape[DYCL_MAX_RANK];
   iree_host_size_t count = 1;
-  for (iree_host_size_t i = 0; i < tensor->rank; ++i) {
-    shape[i] = (iree_hal_dim_t)tensor->shape[i];
-    count *= (iree_host_size_t)tensor->shape[i];
+  for (iree_host_size_t i = 0; i < rank; ++i) {
+    shape[i] = (iree_hal_dim_t)dims[i];
+    count *= (iree_host_size_t)dims[i];
   }
   iree_hal_buffer_params_t params = {
       .usage = IREE_HAL_BUFFER_USAGE_DEFAULT,
@@ -531,11 +560,28 @@ static iree_status_t dycl_push_input(dycl_model_t* model, const dycl_value_spec_
   };
   iree_hal_buffer_view_t* view = NULL;
   IREE_RETURN_IF_ERROR(iree_hal_buffer_view_allocate_buffer_copy(
-      model->device, iree_hal_device_allocator(model->device), tensor->rank, shape, dycl_element_type(spec->dtype),
-      IREE_HAL_ENCODING_TYPE_DENSE_ROW_MAJOR, params,
-      iree_make_const_byte_span(tensor->data, count * dycl_dtype_size(spec->dtype)), &view));
+      model->device, iree_hal_device_allocator(model->device), rank, shape, dycl_element_type(dtype),
+      IREE_HAL_ENCODING_TYPE_DENSE_ROW_MAJOR, params, iree_make_const_byte_span(data, count * dycl_dtype_size(dtype)),
+      &view));
   iree_vm_ref_t ref = iree_hal_buffer_view_move_ref(view);
   return iree_vm_list_push_ref_move(model->input_list, &ref);
+}
+
+// Appends one input as `main` takes it (main_abi 2): a tensor as a buffer view of its elements, an
+// int, float or bool as a 0-d int64, float32 or bool (one byte) buffer view.
+static iree_status_t dycl_push_input(dycl_model_t* model, const dycl_value_spec_t* spec, const dycl_value_t* value) {
+  uint8_t boolean = value->boolean ? 1 : 0;
+  switch (spec->kind) {
+    case DYCL_KIND_INT:
+      return dycl_push_buffer(model, DYCL_DTYPE_INT64, 0, NULL, &value->i64);
+    case DYCL_KIND_FLOAT:
+      return dycl_push_buffer(model, DYCL_DTYPE_FLOAT32, 0, NULL, &value->f32);
+    case DYCL_KIND_BOOL:
+      return dycl_push_buffer(model, DYCL_DTYPE_BOOL, 0, NULL, &boolean);
+    case DYCL_KIND_TENSOR:
+      break;
+  }
+  return dycl_push_buffer(model, spec->dtype, value->tensor.rank, value->tensor.shape, value->tensor.data);
 }
 
 // Copies a result's elements into the caller's buffer, from mapped memory where the device
@@ -554,35 +600,31 @@ static iree_status_t dycl_read_buffer(dycl_model_t* model, iree_hal_buffer_t* bu
 static iree_status_t dycl_pop_output(dycl_model_t* model, iree_host_size_t index, dycl_value_t* value) {
   const dycl_signature_t* signature = model->signature;
   const dycl_value_spec_t* spec = &signature->outputs[index];
-  iree_vm_value_t scalar;
-  switch (spec->kind) {
-    case DYCL_KIND_INT:
-      IREE_RETURN_IF_ERROR(iree_vm_list_get_value_as(model->output_list, index, IREE_VM_VALUE_TYPE_I64, &scalar));
-      value->i64 = scalar.i64;
-      return iree_ok_status();
-    case DYCL_KIND_FLOAT:
-      IREE_RETURN_IF_ERROR(iree_vm_list_get_value_as(model->output_list, index, IREE_VM_VALUE_TYPE_F32, &scalar));
-      value->f32 = scalar.f32;
-      return iree_ok_status();
-    case DYCL_KIND_BOOL:
-      IREE_RETURN_IF_ERROR(iree_vm_list_get_value_as(model->output_list, index, IREE_VM_VALUE_TYPE_I32, &scalar));
-      value->boolean = scalar.i32 != 0;
-      return iree_ok_status();
-    case DYCL_KIND_TENSOR:
-      break;
-  }
   iree_hal_buffer_view_t* view = iree_vm_list_get_buffer_view_assign(model->output_list, index);
   if (!view) {
-    return iree_make_status(IREE_STATUS_INTERNAL, "%s: output %" PRIhsz " is not a tensor", signature->model, index);
+    return iree_make_status(IREE_STATUS_INTERNAL, "%s: output %" PRIhsz " is not a buffer view", signature->model,
+                            index);
   }
+  // A scalar comes back as a 0-d tensor (main_abi 2).
+  bool is_scalar = spec->kind != DYCL_KIND_TENSOR;
+  dycl_dtype_t dtype = is_scalar ? dycl_scalar_dtype(spec->kind) : spec->dtype;
+  iree_host_size_t want_rank = is_scalar ? 0 : spec->rank;
   iree_host_size_t rank = iree_hal_buffer_view_shape_rank(view);
   iree_hal_element_type_t element_type = iree_hal_buffer_view_element_type(view);
-  if (rank != spec->rank || !dycl_element_type_holds(element_type, spec->dtype)) {
+  if (rank != want_rank || !dycl_element_type_holds(element_type, dtype)) {
     return iree_make_status(IREE_STATUS_INTERNAL,
                             "%s: output %" PRIhsz " came back with rank %" PRIhsz " and element type 0x%08x, "
                             "the signature says rank %" PRIhsz " %s",
-                            signature->model, index, rank, (unsigned)element_type, spec->rank,
-                            dycl_dtype_name(spec->dtype));
+                            signature->model, index, rank, (unsigned)element_type, want_rank, dycl_dtype_name(dtype));
+  }
+  if (is_scalar) {
+    uint8_t boolean = 0;
+    void* target = spec->kind == DYCL_KIND_INT ? (void*)&value->i64
+                   : spec->kind == DYCL_KIND_FLOAT ? (void*)&value->f32
+                                                   : (void*)&boolean;
+    IREE_RETURN_IF_ERROR(dycl_read_buffer(model, iree_hal_buffer_view_buffer(view), target, dycl_dtype_size(dtype)));
+    if (spec->kind == DYCL_KIND_BOOL) value->boolean = boolean != 0;
+    return iree_ok_status();
   }
   iree_host_size_t count = 1;
   for (iree_host_size_t i = 0; i < rank; ++i) {

@@ -51,6 +51,12 @@
 extern "C" {
 #endif
 
+// The calling convention of `main` this runtime passes (a bundle manifest's "main_abi"): every input
+// and output is a buffer view; an int is a 0-d int64 tensor, a float a 0-d float32 tensor, a bool
+// a 0-d bool tensor (one byte). The typed API below still takes int64_t, float and bool. A vmfb or
+// a generated signature of another main_abi is refused at load time (IREE_STATUS_FAILED_PRECONDITION).
+#define DYCL_MAIN_ABI 2
+
 // The largest tensor rank a signature may use.
 #define DYCL_MAX_RANK 8
 // A dim of a signature's shape whose size varies at run time (`None` in the manifest).
@@ -59,9 +65,9 @@ extern "C" {
 // What kind of value an input or output is (the manifest's "kind").
 typedef enum dycl_kind_e {
   DYCL_KIND_TENSOR = 0,
-  DYCL_KIND_INT = 1,    // int64_t (the VM's i64)
-  DYCL_KIND_FLOAT = 2,  // float (IREE demotes a Python float to f32 in signatures)
-  DYCL_KIND_BOOL = 3,   // bool (the VM's i32, 0 or 1)
+  DYCL_KIND_INT = 1,    // int64_t (a 0-d int64 tensor in `main`)
+  DYCL_KIND_FLOAT = 2,  // float (a 0-d float32 tensor: IREE demotes a Python float to f32)
+  DYCL_KIND_BOOL = 3,   // bool (a 0-d bool tensor, one byte)
 } dycl_kind_t;
 
 // Element types of tensors (the manifest's "dtype"); bool tensors hold one byte per element.
@@ -99,6 +105,7 @@ typedef struct dycl_signature_t {
   const dycl_value_spec_t* inputs;
   iree_host_size_t output_count;
   const dycl_value_spec_t* outputs;
+  int main_abi;  // the calling convention the signature was generated for: DYCL_MAIN_ABI
 } dycl_signature_t;
 
 // A tensor passed in or returned. Elements are dense, row-major (C order).
@@ -154,8 +161,9 @@ typedef struct dycl_model_t dycl_model_t;
 // must stay valid and unchanged until the model is released; it must be 16-byte aligned. Fails
 // with IREE_STATUS_NOT_FOUND when the vmfb has no `<module_name>.main` (another model's bundle),
 // IREE_STATUS_FAILED_PRECONDITION when its `main` takes or returns other kinds of values than
-// |signature| says (code generated from another export), and with IREE's message when the vmfb is
-// corrupt or built for another CPU.
+// |signature| says (code generated from another export) or uses another calling convention
+// (main_abi: both are named), and with IREE's message when the vmfb is corrupt or built for
+// another CPU.
 iree_status_t dycl_model_create_from_memory(const dycl_model_options_t* options,
                                             const dycl_signature_t* signature,
                                             iree_const_byte_span_t vmfb,

@@ -6,6 +6,7 @@
 //   typed_api scalars X.npy N SCALE FLAG    scalar_inputs_run
 //   typed_api mismatch VMFB                 greedy_decoder_create_from_file on another bundle's vmfb
 //   typed_api wrong-model                   greedy_decoder_run on a dynamic_batch model
+//   typed_api old-signature                 the embedded greedy_decoder with its signature marked main_abi 1
 //   typed_api threads X.npy CALLS           two dynamic_batch models sharing one instance and device,
 //                                           called from two threads at once; prints mismatches
 
@@ -17,6 +18,7 @@
 
 #include "dynamic_batch.h"
 #include "greedy_decoder.h"
+#include "greedy_decoder_vmfb.h"
 #include "npy.h"
 #include "scalar_inputs.h"
 
@@ -93,6 +95,18 @@ static iree_status_t scalars(const char* path, int64_t n, float scale, bool flag
 static iree_status_t mismatch(const char* vmfb) {
   dycl_model_t* model = NULL;
   iree_status_t status = greedy_decoder_create_from_file(NULL, vmfb, &model);
+  dycl_model_release(model);
+  return status;
+}
+
+// Code generated before main_abi 2 (its signature has no main_abi: zero), or for main_abi 1.
+static iree_status_t old_signature(void) {
+  dycl_signature_t signature = greedy_decoder_signature;
+  signature.main_abi = 1;
+  dycl_model_t* model = NULL;
+  const struct iree_file_toc_t* file = greedy_decoder_vmfb_create();
+  iree_status_t status = dycl_model_create_from_memory(NULL, &signature, iree_make_const_byte_span(file->data, file->size),
+                                                       &model);
   dycl_model_release(model);
   return status;
 }
@@ -182,6 +196,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(name, "threads") == 0 && argc == 4) {
     iree_status_ignore(status);
     status = threads(argv[2], strtol(argv[3], NULL, 10));
+  } else if (strcmp(name, "old-signature") == 0) {
+    iree_status_ignore(status);
+    status = old_signature();
   } else if (strcmp(name, "wrong-model") == 0) {
     iree_status_ignore(status);
     status = wrong_model();
