@@ -142,3 +142,12 @@ def test_a_forced_fallback_names_the_diagnostic_and_inspect_shows_it(tmp_path, m
     assert cli_main(["inspect", str(path)]) == 0
     shown = capsys.readouterr().out
     assert "failed to legalize operation 'torch.operator'" in shown and "if7 branchy.py:3" in shown
+
+
+def test_a_segment_error_quotes_the_crash_summary() -> None:
+    """`first_error_line` (what a segment's UnsupportedOpError quotes) keeps a crash's summary line."""
+    from dycl_iree.lower import first_error_line
+
+    text = "iree-compile failed for target llvm-cpu: crashed with SIGFPE in pass P: f -> g\nError code: -8\n..."
+    assert first_error_line(text) == "iree-compile failed for target llvm-cpu: crashed with SIGFPE in pass P: f -> g"
+    assert first_error_line("noise\n<unknown>:0: error: bad op\n") == "<unknown>:0: error: bad op"
