@@ -474,3 +474,32 @@ def test_real_code_constructs_get_the_compiled_host(model_class: type, takes_n: 
                 gots = got if isinstance(got, tuple) else (got,)
                 for have, expected in zip(gots, wants):
                     np.testing.assert_allclose(have, expected.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} {inputs}")
+
+
+class _IfThenLoopWithBreak(nn.Module):
+    """An `if` that rewrites h, then a loop with a data-dependent `break` (fuzzer seed 20026): the
+    compiled host's loop read zeros instead of the `if`'s h when the `if` was taken (silently wrong:
+    0.25 for 1.375), after scalars became 0-d tensors in `main`."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        if float(h.max()) > 2.7:
+            h = h * 0.75
+        for _ in range(6):
+            h = h * 0.5 + 0.25
+            if float(h.sum()) < 100.0:
+                break
+        return h
+
+
+@pytest.mark.xfail(reason="W1: the compiled host's loop reads zeros after the if", strict=True)
+def test_an_if_then_a_loop_with_a_break_reads_the_if_value(tmp_path) -> None:
+    model = _IfThenLoopWithBreak()
+    bundle = dycl_iree.export(model, (torch.full((3, 8), 1.0),))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "if_then_loop.dycl")
+    for host in ("python", "compiled"):
+        run = dycl_iree.load(path, host=host)
+        for fill in (1.0, 3.0):  # the `if` not taken, taken
+            x = torch.full((3, 8), fill)
+            np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6, err_msg=f"{host} {fill}")
