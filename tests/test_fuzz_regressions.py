@@ -503,3 +503,30 @@ def test_an_if_then_a_loop_with_a_break_reads_the_if_value(tmp_path) -> None:
         for fill in (1.0, 3.0):  # the `if` not taken, taken
             x = torch.full((3, 8), fill)
             np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6, err_msg=f"{host} {fill}")
+
+
+class _ThreeNestedLoops(nn.Module):
+    """Three nested loops and nothing else (fuzzer seed 20015, cut down): the compiled host's innermost
+    loop started from zeros (1.1 for 2.05 at n = 1) after scalars became 0-d tensors in `main`."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        for _ in range(n):
+            for _ in range(3):
+                for _ in range(n):
+                    h = h * 0.5 + 1.0
+                h = h + 0.1
+        return h
+
+
+@pytest.mark.xfail(reason="W2: the innermost of three loops starts from zeros", strict=True)
+def test_three_nested_loops_carry_their_value(tmp_path) -> None:
+    model = _ThreeNestedLoops()
+    bundle = dycl_iree.export(model, (torch.ones(2, 4), 1))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "three_loops.dycl")
+    for host in ("python", "compiled"):
+        run = dycl_iree.load(path, host=host)
+        for n in (0, 1, 2, 3):
+            x = torch.ones(2, 4)
+            np.testing.assert_allclose(run(x.numpy(), n), model(x, n).numpy(), rtol=1e-6, err_msg=f"{host} n={n}")
