@@ -182,7 +182,13 @@ def fallback_table(results: list[dict]) -> str:
     failures = Counter(f"{f['host']} host: {f['kind']}" for r in results for f in r.get("failures", []))
     if failures:
         lines.append("failed runs, by host and kind:")
-        lines += [f"  {count:4d}  {kind}" for kind, count in failures.most_common()]
+        for kind, count in failures.most_common():
+            seeds = sorted(
+                {r["seed"] for r in results for f in r.get("failures", []) if f"{f['host']} host: {f['kind']}" == kind}
+            )
+            lines.append(
+                f"  {count:4d}  {kind}  (seeds {', '.join(map(str, seeds[:8]))}{', ...' if len(seeds) > 8 else ''})"
+            )
     unstable = sum(len(r.get("near_threshold", [])) for r in results)
     if unstable:
         lines.append(f"runs that differ where PyTorch's float64 run takes another path (not failures): {unstable}")
