@@ -530,3 +530,61 @@ def test_three_nested_loops_carry_their_value(tmp_path) -> None:
         for n in (0, 1, 2, 3):
             x = torch.ones(2, 4)
             np.testing.assert_allclose(run(x.numpy(), n), model(x, n).numpy(), rtol=1e-6, err_msg=f"{host} n={n}")
+
+
+class _ListAfterReturnFromNestedLoops(nn.Module):
+    """A `return` from two nested loops, then a loop that appends to a List[Tensor] (fuzzer seed
+    30013, cut down): when the return was not taken the compiled host raised OUT_OF_RANGE ("attempted
+    to access an address outside of the valid buffer range"); the Python host was right."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        ts: List[torch.Tensor] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        for _ in range(2):
+            for _ in range(3):
+                h = h * 1.5
+                if float(h.sum()) > 16.0:
+                    return h, torch.cat(ts + [h], 0)
+        for _ in range(5):
+            if float(h.max()) > 2.5:
+                break
+            ts.append(h * 0.5)
+            h = h + 0.5
+        return h, torch.cat(ts + [h], 0)
+
+
+@pytest.mark.xfail(reason="W3: OUT_OF_RANGE at run time", strict=True)
+def test_a_list_grown_after_a_return_from_nested_loops(tmp_path) -> None:
+    model = _ListAfterReturnFromNestedLoops()
+    bundle = dycl_iree.export(model, (torch.ones(2, 4),))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "list_after_return.dycl")
+    for host in ("python", "compiled"):
+        run = dycl_iree.load(path, host=host)
+        for fill in (1.0, 0.0, -0.1):  # the return taken; the list grown five times
+            x = torch.full((2, 4), fill)
+            for got, want in zip(run(x.numpy()), model(x)):
+                np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, err_msg=f"{host} {fill}")
+
+
+class _RandomOpInAnIf(nn.Module):
+    """A random op inside an `if` (fuzzer seeds 20030, 30012...): iree-compile 3.13 died with SIGFPE
+    in LLVMCPUSelectLoweringStrategyPass (getDefaultDistributedLevelTileSizes); the randomness cancels."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        if float(h.sum()) > 0.0:
+            h = h + 0.0 * torch.rand_like(h)
+        return h
+
+
+@pytest.mark.xfail(reason="C1: iree-compile SIGFPE on a random op inside an if", strict=True)
+def test_a_random_op_inside_an_if_gets_the_compiled_host(tmp_path) -> None:
+    model = _RandomOpInAnIf()
+    bundle = dycl_iree.export(model, (torch.ones(2, 4),))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "random_in_if.dycl")
+    run = dycl_iree.load(path, host="compiled")
+    for fill in (1.0, -1.0):
+        x = torch.full((2, 4), fill)
+        np.testing.assert_array_equal(run(x.numpy()), model(x).numpy())
