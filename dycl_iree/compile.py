@@ -36,10 +36,18 @@ from .errors import CompileError, DyclError
 # before (two 3x3 convolutions, 32 channels at 16x16: 78 us against 107 and 111; deepest path of
 # WRN-SDN 1.86 -> 1.45 ms). Filters reach IREE pre-transposed (`lower._constant_filter`) and
 # depthwise convolutions as channels-last taps (`decompositions.depthwise_convolution_as_taps`).
+#
+# Command buffers are recorded at each call, not memoized as indirect (binding-table) command
+# buffers: IREE 3.13's CPU drivers (local-sync and local-task alike) replay some memoized ones
+# wrongly. `Halting` of tests/test_host_scalars.py, whose `main` reads its int input and then
+# `float(x.abs().max())`, returned 0.0 for `torch.tensor(magnitude) * x.sum()`; every IR stage
+# (flow, stream, vm) is right, and with `--iree-hal-indirect-command-buffers=false` (or
+# `--iree-hal-memoization=false`) the result is right (README's traps).
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
+    "--iree-hal-indirect-command-buffers=false",
 ]
 # Vulkan: IREE's default target (the vp_android_baseline_2022 profile) stores only 32-bit words, so
 # an i1/i8/i16 tensor is written as whole words; a tensor whose byte size is not a multiple of 4 then

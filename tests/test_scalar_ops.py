@@ -154,3 +154,13 @@ def test_an_int_division_by_zero_fails_the_call_as_torchscript_raises(bundles) -
     for host in ("compiled", "python"):
         with pytest.raises((ModelRaised, ZeroDivisionError), match="division"):
             dycl_iree.load(path, host=host)(torch.randn(1, 3), 7, 0)
+
+
+def test_readme_lists_exactly_the_supported_ops() -> None:
+    """README's table of scalar ops is `SUPPORTED`, neither more nor less."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("<!-- scalar-ops:")[1].split("<!-- end scalar-ops -->")[0]
+    listed = set()
+    for line in table.splitlines()[3:]:
+        listed |= set(re.findall(r"`(\w+)`", line.split("|")[2]))
+    assert listed == {name.split("::")[1] for name in SUPPORTED}
