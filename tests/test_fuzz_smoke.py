@@ -144,3 +144,8 @@ def test_the_hosts_are_compared_with_each_other() -> None:
     assert not hosts_agree(a, (a[0].copy(), 4, [1, 2]))
     assert not hosts_agree(a, (a[0] + 1.0, 3, [1, 2]))
     assert not hosts_agree(a, (a[0].copy(), 3, [1]))
+
+
+def test_an_empty_fallback_reason_is_a_group_of_its_own() -> None:
+    table = fallback_table([{"seed": 1, "status": "ok", "host": "python", "fallback": "", "failures": []}])
+    assert "(no reason given)" in table

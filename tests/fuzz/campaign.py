@@ -142,6 +142,8 @@ def reason_of(fallback: str) -> str:
     """A fallback's reason as a group: what iree-compile said (a crash: signal, pass and frames; an
     error: its message) or what the compiled host cannot express, without the model's lines, the
     construct labels and the numbers that differ between programs."""
+    if not fallback.strip():
+        return "(no reason given)"
     text = fallback.splitlines()[0].replace("iree-compile rejected the compiled host: ", "iree-compile: ")
     text = re.sub(r" \((the scf\.\w+ of|one of the scf\.\w+ ops of|at) [^)]*\)", "", text)
     text = re.sub(r"(<unknown>|-|loc\([^)]*\)):\d+(:\d+)?: error: ", "", text)
