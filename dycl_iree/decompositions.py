@@ -524,12 +524,60 @@ def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) 
 def index_put_in_range(
     input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool = False
 ) -> torch.Tensor:
-    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
+    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped.
+
+    A 0-d index (`remaining[i] = 0.0` with `i = scores.argmax()`, as in non-maximum suppression)
+    becomes a 1-element one: torch-mlir's TorchToTMTensor crashes on a 0-d index of
+    `index_put.hacked_twin` (iree-compile exits with SIGSEGV in ConvertAtenIndexPutHackedTwinOp).
+    Indices broadcast together, and the values broadcast to the indexed shape, so the write is the
+    same.
+
+    >>> index_put_in_range(torch.zeros(3), [torch.tensor(1)], torch.tensor(5.0)).tolist()
+    [0.0, 5.0, 0.0]
+    """
+    masked = _masked_write(input, indices, values, accumulate)
+    if masked is not None:
+        return masked
     kept = [
         index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
         for dim, index in enumerate(indices)
     ]
+    kept = [aten.reshape(index, [1]) if index is not None and index.dim() == 0 else index for index in kept]
     return aten.index_put.default(input, kept, values, accumulate)
+
+
+def _masked_write(
+    input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool
+) -> torch.Tensor | None:
+    """`x[mask] = v` (or `x[:, mask] += v`) with one value for every selected element, as a `where`;
+    None for other writes.
+
+    torch-mlir lowers a boolean index through `nonzero`, whose result it pads to the mask's size
+    with index 0: with no element selected, `scores[finished] = 0.0` zeroed `scores[0]` (a wrong
+    result, not an error). A `where` selects nothing then, and needs no data-dependent size.
+
+    >>> _masked_write(torch.ones(3), [torch.tensor([False, True, False])], torch.tensor(5.0), False).tolist()
+    [1.0, 5.0, 1.0]
+    """
+    leading = 0
+    while leading < len(indices) and indices[leading] is None:
+        leading += 1
+    if leading == len(indices) or any(index is not None for index in indices[leading + 1 :]):
+        return None
+    mask = indices[leading]
+    if mask.dtype != torch.bool:
+        return None
+    trailing = input.dim() - leading - mask.dim()
+    if values.dim() > trailing:
+        if values.numel() != 1:
+            return None
+        values = aten.reshape(values, [])
+    shape = [1] * leading + list(mask.shape) + [1] * trailing
+    mask = aten.reshape(mask, shape)
+    values = aten.to.dtype(values, input.dtype)
+    if accumulate:
+        return aten.where.self(mask, aten.add.Tensor(input, values), input)
+    return aten.where.self(mask, values, input)
 
 
 def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:

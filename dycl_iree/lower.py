@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 import warnings
@@ -90,6 +91,48 @@ def lower(
 
 
 def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
+    """torch.export the segment with its dynamic dims and ints dynamic.
+
+    torch.export fixes an int input marked `Dim.DYNAMIC` to its example silently when the example
+    is 1 and the int sizes a tensor (`torch.arange(0, n)` with n = 1 became `arange(0, 1)`): the
+    `.item()` of Tacotron2's padding mask has the example 1, so its mask kept one column whatever
+    the lengths. Such an int is traced again with other examples. One that stays fixed whatever
+    the example, or fails with every other, is one the ops admit one value of (an index into a dim
+    of size 1, `h[0, k]` with one layer): it stays as torch.export traced it."""
+    exported = _export_once(graph_module, examples, dynamic)
+    fixed = _fixed_ints(exported, dynamic)
+    for other in (2, 0, 3):
+        if not fixed:
+            break
+        retried = [other if position in fixed else example for position, example in enumerate(examples)]
+        try:
+            candidate = _export_once(graph_module, retried, dynamic)
+        except Exception:
+            continue
+        if not _fixed_ints(candidate, dynamic):
+            return candidate
+    return exported
+
+
+def _fixed_ints(exported: Any, dynamic: list) -> set[int]:
+    """Positions of the int inputs marked dynamic that torch.export fixed to their example."""
+    user_inputs = set(exported.graph_signature.user_inputs)
+    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
+    return {
+        position
+        for position, (node, spec) in enumerate(zip(placeholders, dynamic))
+        if spec is not None and not isinstance(spec, dict) and _is_concrete(node.meta.get("val"))
+    }
+
+
+def _is_concrete(value: Any) -> bool:
+    """An int, or a SymInt whose expression became a number (a specialized input)."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    return isinstance(value, (int, torch.SymInt)) and is_concrete_int(value)
+
+
+def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
     try:
         return torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
     except Exception:
@@ -114,7 +157,7 @@ def _segment_graph(
         placeholder = graph.placeholder(f"p{index}")
         type_ = param.type
         if isinstance(type_, TensorType):
-            examples.append(_example_tensor(type_))
+            examples.append(_example_tensor(_long_enough(type_, param, segment)))
             dims = {d: Dim.AUTO for d, size in enumerate(type_.shape) if size is None}
             dynamic.append(dims or None)
             env[param] = placeholder
@@ -242,6 +285,22 @@ def _constant_filter(arg: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor) and value.dim() == 4 and value.is_floating_point():
         return value
     return None
+
+
+def _long_enough(type_: TensorType, param: Value, segment: Segment) -> TensorType:
+    """`type_` with a hint at least as long as the segment narrows `param` to in a dynamic dim.
+
+    Specialize narrows a dynamic dim that must match a static size (Tacotron2's padding mask read
+    from `lengths.max().item()`, against the encoder's steps) to that size, after a host check;
+    torch.export cannot trace the narrow on an example shorter than that."""
+    hint = list(type_.hint)
+    for op in segment.nodes:
+        if op.target == "aten::narrow.default" and op.args[0] == param:
+            dim, start, length = (arg.value if isinstance(arg, Constant) else None for arg in op.args[1:])
+            if isinstance(dim, int) and isinstance(start, int) and isinstance(length, int):
+                if type_.shape[dim] is None:
+                    hint[dim] = max(hint[dim], start + length + 1)
+    return dataclasses.replace(type_, hint=tuple(hint))
 
 
 def _example_tensor(type_: TensorType) -> torch.Tensor:

@@ -118,6 +118,41 @@ def test_torch_tensor_of_a_counter_and_a_float_in_the_compiled_host(tmp_path, li
         assert 0 in counts and len(counts) > 1, counts
 
 
+class HaltingOnATensorCount(Halting):
+    """`Halting` with its step limit read from a 0-d int tensor input (`int(limit)`): the input's
+    read shares the first command buffer with the device's work, which IREE 3.13's memoized command
+    buffers replayed wrongly (the magnitude came back 0.0; README's traps)."""
+
+    def forward(self, x, limit_tensor: torch.Tensor):
+        limit = int(limit_tensor)
+        steps = 0
+        magnitude = float(x.abs().max())
+        while steps < limit:
+            if magnitude < 1.0:
+                break
+            x = torch.tanh(self.layer(x)) * 0.5 + x * 0.4
+            magnitude = float(x.abs().max())
+            steps += 1
+        return x, torch.tensor(steps), torch.tensor(magnitude) * x.sum()
+
+
+def test_a_count_read_from_an_input_tensor_and_a_float_read_back_later(tmp_path):
+    torch.manual_seed(0)
+    model = HaltingOnATensorCount().eval()
+    compiled, python = _bundle(tmp_path, model, (torch.randn(1, 4), torch.tensor(3)), "halting_tensor")
+    counts = set()
+    for limit in (0, 2, 6):
+        for magnitude in (0.5, 2.0, 8.0):
+            x = torch.randn(1, 4)
+            x = x / x.abs().max() * magnitude
+            with torch.no_grad():
+                want = model(x, torch.tensor(limit))
+            counts.add(int(want[1]))
+            for host in (compiled, python):
+                _check(host(x.numpy(), np.array(limit)), want)
+    assert 0 in counts and len(counts) > 1, counts
+
+
 class CountAndScale(nn.Module):
     def forward(self, x, n: int):
         i = 0

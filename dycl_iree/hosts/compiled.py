@@ -45,7 +45,11 @@ from ..program import (
     TensorType,
     Type,
     Value,
+    arg_values,
     dispatch,
+    iter_nodes,
+    node_inputs,
+    sub_blocks,
 )
 from ..sources import relative_sources
 from .scalars import emit_scalar_op
@@ -572,13 +576,15 @@ class _Emitter(Emitter):
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
-        kept = self.barrier_all(arguments, builtins)
+        read = _values_read(node.body)
+        unread = [False] + [param not in read for param in node.body.params[1:]]
+        kept = self.barrier_all(arguments, builtins, unread=unread)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(next_values, types)
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
-        next_builtins = self.barrier_all(next_builtins, builtins)
+        next_builtins = [self.builtin_barrier(n, b) for n, b in zip(next_builtins, builtins)]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
         self.depth -= 1
@@ -641,7 +647,7 @@ class _Emitter(Emitter):
             tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
         return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
 
-    def barrier_all(self, names: list[str], builtins: list[str]) -> list[str]:
+    def barrier_all(self, names: list[str], builtins: list[str], unread: list[bool] | None = None) -> list[str]:
         """`names` (builtin-typed), each through its own `util.optimization_barrier`.
 
         An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
@@ -650,12 +656,26 @@ class _Emitter(Emitter):
         body overwrites without reading, like the value of a `return` inside the loop, loses its
         `before` argument; a value yielded twice or from outside the loop loses its result) makes
         iree-compile crash (SIGSEGV in `applySignatureConversion`) or fail ("failed to legalize
-        unresolved materialization from () to ('index')"). A barrier on every argument at the top
-        of the body and on every value the body passes on leaves nothing to narrow. One barrier per
-        value: a barrier of several values must keep their types, which the stream conversion
-        breaks (each tensor gets its own resource lifetime).
+        unresolved materialization from () to ('index')"). Used at the top of the body (`unread`
+        says which carried values the body never reads): every scalar and every tensor the body
+        does not read goes through a barrier, a tensor's dynamic sizes too (IREE carries them as
+        loop arguments of their own, which the canonicalizer drops when nothing reads them).
+        With the barriers `loop` puts on every value the body passes on, nothing is left to narrow.
+        One barrier per value: a barrier of several values must keep their types, which the stream
+        conversion breaks (each tensor gets its own resource lifetime).
         """
-        return [self.builtin_barrier(name, builtin, sizes_too=True) for name, builtin in zip(names, builtins)]
+        kept = []
+        for position, (name, builtin) in enumerate(zip(names, builtins)):
+            if unread is not None and builtin.startswith("tensor<") and not unread[position]:
+                # At the top of the body, only a tensor the body never reads goes through a
+                # barrier (it would lose its argument). One the body reads keeps its argument,
+                # and a barrier there made IREE hand the loop a zero tensor in place of a value
+                # from an enclosing `if` or loop (three nested loops started from zeros; `h`
+                # rewritten by an `if`, then a loop with a `break`).
+                kept.append(name)
+            else:
+                kept.append(self.builtin_barrier(name, builtin, sizes_too=True))
+        return kept
 
     def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
         """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
@@ -739,6 +759,19 @@ class _Emitter(Emitter):
         self.where.pop()
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, f"{result}#{position + 1}", type_text)
+
+
+def _values_read(block: Block) -> set[Value]:
+    """Every Value that `block` or a block nested in it reads (node inputs and block results)."""
+    read: set[Value] = set()
+    for node in iter_nodes(block):
+        read.update(node_inputs(node))
+        for inner in sub_blocks(node):
+            for result in inner.results:
+                read.update(arg_values(result))
+    for result in block.results:
+        read.update(arg_values(result))
+    return read
 
 
 _TO_BUILTIN = {"!torch.int": "torch_c.to_i64", "!torch.bool": "torch_c.to_i1", "!torch.float": "torch_c.to_f64"}

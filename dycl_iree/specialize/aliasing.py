@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .schemas import mutates_first_argument, resolve_overload
+from .schemas import mutates_first_argument, resolve_overload, returns_view
 
 
 def mutated_outer(blocks: list) -> list:
@@ -35,10 +35,11 @@ def mutated_outer(blocks: list) -> list:
     def scan(block: Any) -> None:
         for node in block.nodes():
             if node_mutates_first_input(node):
-                target = node.inputsAt(0)
-                if target.unique() not in defined and target.unique() not in seen:
-                    seen.add(target.unique())
-                    mutated.append(target)
+                # A write into a view also writes every tensor it views (`out[:, t] = h`: `out`).
+                for target in view_bases(node.inputsAt(0)):
+                    if target.unique() not in defined and target.unique() not in seen:
+                        seen.add(target.unique())
+                        mutated.append(target)
             for inner in node.blocks():
                 scan(inner)
 
@@ -47,6 +48,25 @@ def mutated_outer(blocks: list) -> list:
     for block in blocks:
         scan(block)
     return mutated
+
+
+def view_bases(value: torch._C.Value) -> list:
+    """`value`, and while it was made by a view op, the tensor it views, up to the owner of the memory."""
+    chain = [value]
+    while True:
+        node = value.node()
+        if node.kind() in ("aten::cpu", "aten::cuda") or (node.kind() == "aten::to" and node.inputsSize() > 0):
+            value = node.inputsAt(0)  # a device move is the tensor itself (`visitor.visit_device_move`)
+        elif node.kind().startswith("aten::") and node.outputsSize() == 1 and node.inputsSize() > 0:
+            overload = resolve_overload(node)
+            if overload is None or not returns_view(overload._schema):
+                return chain
+            value = node.inputsAt(0)
+        else:
+            return chain
+        if value.type().kind() != "TensorType":
+            return chain
+        chain.append(value)
 
 
 LIST_MUTATORS = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend"}

@@ -32,7 +32,7 @@ import torch
 from host_runtime import scalar_ops
 
 from ..capture import CapturedModel
-from ..errors import SpecializeError, UnsupportedOpError
+from ..errors import DyclError, SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import (
     STAND_IN,
@@ -53,6 +53,7 @@ from ..program import (
     Value,
 )
 from .aliasing import collect_mutated_lists, mutated_outer
+from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .schemas import (
     DTYPE_CODES,
     SCALAR_TYPE_CODES,
@@ -70,6 +71,7 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
+from .stand_ins import reuse_parameters
 from .values import (
     UNINITIALIZED,
     TensorList,
@@ -119,7 +121,10 @@ class _Specializer:
         self.ids = itertools.count()
         self.nodes: list[Node] = []
         self.raised = False
-        self.views: set[Value] = set()
+        # TorchScript values made as views (by their unique): how each was made from its base. See
+        # `mutation`.
+        self.views: dict[int, ViewLink] = {}
+        self.unlinked_views: set[Any] = set()  # the entries of those views made several at once
         self.labels = itertools.count()
         self.meta_cache: dict[int, torch.Tensor] = {}
         # (tensor, dim) -> the run-time int it was created with (`torch.zeros(1, n, h)`), so that
@@ -134,9 +139,14 @@ class _Specializer:
 
     def entry(self, ts_value: torch._C.Value) -> Any:
         try:
-            return self.env[ts_value.unique()]
+            entry = self.env[ts_value.unique()]
         except KeyError:
             raise SpecializeError(f"internal: TorchScript value %{ts_value.debugName()} has no entry") from None
+        if isinstance(entry, StaleView):
+            # A view read after a write into its tensor shows the written values: take it again.
+            entry = fresh_view(self, entry, value_name(ts_value) or "a view")
+            self.bind(ts_value, entry)
+        return entry
 
     def bind(self, ts_value: torch._C.Value, entry: Any) -> None:
         self.env[ts_value.unique()] = entry
@@ -176,6 +186,9 @@ class _Specializer:
         self.nodes, self.raised = [], False
         for ts_param, entry in zip(block.inputs(), params):
             self.bind(ts_param, entry)
+        # In a loop body the tensors the loop writes are carried values: views of them taken before
+        # the loop are taken again from those when read (in a branch, from the same tensors).
+        mark_stale(self, list(mutated), "", keep={value.unique() for value in mutated})
         self.visit_nodes(block.nodes())
         if self.raised:
             # The block's results are never read: a raise may have cut off the nodes that make them.
@@ -240,6 +253,39 @@ class _Specializer:
             raise SpecializeError(f"unpacking a list whose length is only known at run time ({source_of(node)})")
         for output, item in zip(node.outputs(), items):
             self.bind(output, item)
+            if node.input().unique() in self.views:  # `first, second = x.unbind(0)`
+                self.views[output.unique()] = self.views[node.input().unique()]
+
+    def visit_isinstance(self, node: torch._C.Node) -> None:
+        """`isinstance(x, T)`: TorchScript knows x's type, and this stage knows whether an Optional is
+        None (torch's own `pack_padded_sequence` asks `isinstance(lengths, Tensor)`)."""
+        subject, entry = node.input(), self.entry(node.input())
+        types = node.tys("types")
+        if is_none(entry):
+            answer = any(str(t) == "NoneType" for t in types)
+        elif any(subject.type().isSubtypeOf(t) for t in types):
+            answer = True
+        elif str(subject.type()).endswith("?") or "Union" in str(subject.type()) or str(subject.type()) == "Any":
+            # A set Optional: its value's type is TorchScript's type without the "?".
+            answer = any(str(t) == str(subject.type()).rstrip("?") for t in types)
+        else:
+            answer = False
+        self.bind(node.output(), Constant(answer))
+
+    def visit_packed_sequence(self, node: torch._C.Node) -> None:
+        """`nn.utils.rnn.pack_padded_sequence`: refused at the model's line, with the rewrite.
+
+        A PackedSequence holds a batch of sequences sorted by length and cut to each length, whose
+        sizes depend on the lengths' values; the recurrent layers run over it with a batch that
+        shrinks per step. The padded batch with a mask computes the same outputs at the valid
+        steps."""
+        raise UnsupportedOpError(
+            node.kind(),
+            _caller_line(self.captured, "pack_padded_sequence") or source_of(node),
+            detail="a PackedSequence is not supported: run the RNN on the padded batch, then zero the "
+            "steps past each length (`out * (torch.arange(T)[None, :] < lengths[:, None]).unsqueeze(2)`) "
+            "and take each sequence's last state as `out[torch.arange(B), lengths - 1]`",
+        )
 
     def visit_pass_through(self, node: torch._C.Node) -> None:
         self.bind(node.output(), self.entry(node.input()))
@@ -303,42 +349,71 @@ class _Specializer:
             self.bind(node.output(), Constant(size if len(inputs) == 1 else size[inputs[1].value]))
             return
         dims = range(len(tensor_type.shape)) if len(inputs) == 1 else [inputs[1]]
-        items = []
-        for dim in dims:
-            if isinstance(dim, Constant):
-                dim = dim.value
-            if isinstance(dim, int):
-                rank = len(tensor_type.shape)
-                if rank == 0 or not -rank <= dim < rank:
-                    # The rank is known here, so PyTorch raises on every input that reaches this line.
-                    self.nodes.append(
-                        HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source_of(node))
-                    )
-                    self.raised = True
-                    items.append(Constant(0))
-                    continue
-                dim = dim % rank
-                if tensor_type.shape[dim] is not None:
-                    items.append(Constant(tensor_type.shape[dim]))
-                    continue
-                if (tensor, dim) in self.dim_sources:
-                    items.append(self.dim_sources[(tensor, dim)])
-                    continue
-                dim_arg: Arg = Constant(dim)
-                hint = tensor_type.hint[dim]
-            else:
-                dim_arg, hint = dim, 1
-            # A shape read needs no device sync: the host knows every buffer's shape.
-            value = self.new_value(ScalarType("int", hint), "size")
-            self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source_of(node)))
-            if isinstance(dim_arg, Constant):
-                self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
-            items.append(value)
+        items = [self.size_of(tensor, dim, source_of(node)) for dim in dims]
         if len(inputs) == 1:
             all_constant = all(isinstance(i, Constant) for i in items)
             self.bind(node.output(), Constant([i.value for i in items]) if all_constant else ListArg(tuple(items)))
         else:
             self.bind(node.output(), items[0])
+
+    def size_of(self, tensor: Value, dim: Any, source: str) -> Any:
+        """`tensor.size(dim)`: a constant for a static dim, else a host int read from the buffer's shape."""
+        tensor_type = tensor.type
+        if isinstance(dim, Constant):
+            dim = dim.value
+        if isinstance(dim, int):
+            rank = len(tensor_type.shape)
+            if rank == 0 or not -rank <= dim < rank:
+                # The rank is known here, so PyTorch raises on every input that reaches this line.
+                self.nodes.append(HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source))
+                self.raised = True
+                return Constant(0)
+            dim = dim % rank
+            if tensor_type.shape[dim] is not None:
+                return Constant(tensor_type.shape[dim])
+            if (tensor, dim) in self.dim_sources:
+                return self.dim_sources[(tensor, dim)]
+            dim_arg: Arg = Constant(dim)
+            hint = tensor_type.hint[dim]
+        else:
+            dim_arg, hint = dim, 1
+        # A shape read needs no device sync: the host knows every buffer's shape.
+        value = self.new_value(ScalarType("int", hint), "size")
+        self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source))
+        if isinstance(dim_arg, Constant):
+            self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
+        return value
+
+    def numel_of(self, tensor: Value, source: str) -> Any:
+        """`tensor.numel()`: the product of its sizes, a host int when a dim is dynamic (NMS's
+        `while idx.numel() > 0`), read from the buffer's shape like `size(d)`: no device sync."""
+        total: Any = Constant(1)
+        for dim in range(tensor.type.rank):
+            size = self.size_of(tensor, dim, source)
+            total = self.emit_host("aten::mul.int", (total, size), "int", source)
+        return total
+
+    def visit_device_move(self, node: torch._C.Node) -> None:
+        """`.cpu()`, `.cuda()`, `.to(device)`: a bundle keeps every tensor on its one device, so a
+        move is the tensor itself (Tacotron2's `lengths.cpu()`); a dtype change in the same call
+        (`x.to(device, torch.float64)`) stays, as `to(dtype)`. Meta runs cannot move a tensor to
+        the CPU ("Cannot copy out of meta tensor")."""
+        entries = [self.entry(v) for v in node.inputs()]
+        overload = resolve_overload(node)
+        name = overload._overloadname if overload is not None else ""
+        dtype: Any = Constant(None)
+        if node.kind() == "aten::to":
+            if name in ("device", "prim_Device"):
+                dtype = entries[2] if len(entries) > 2 else Constant(None)
+            elif name == "dtype_layout":
+                dtype = entries[1]
+            else:
+                return self.visit_op(node)
+        if is_none(dtype):
+            self.bind(node.output(), entries[0])
+            self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
+            return
+        self.visit_tensor_op(node, overload_of("aten::to.dtype"), [entries[0], dtype], source_of(node))
 
     def visit_len(self, node: torch._C.Node) -> None:
         subject = self.entry(node.input())
@@ -399,9 +474,14 @@ class _Specializer:
         """`torch.tensor(list)`: an upload from the host when the list is only known at run time."""
         inputs = [self.entry(v) for v in node.inputs()]
         data = inputs[0]
-        if all(isinstance(i, Constant) for i in inputs) or not holds_values(data):
-            return self.visit_op(node)
         dtype_code = inputs[1].value if len(inputs) > 1 and isinstance(inputs[1], Constant) else None
+        if not holds_values(data):
+            # A literal (`torch.tensor([[7]])`, RNN-T's start token): made here, as PyTorch makes it.
+            # torch.ops.aten.tensor cannot be called with a nested list ("Expected a value of type
+            # 'List[t]'"), and the `device=` argument names the model's device, which is the bundle's.
+            dtype = SCALAR_TYPE_CODES[dtype_code] if dtype_code is not None else None
+            self.bind(node.output(), Constant(torch.tensor(real_value(data), dtype=dtype)))
+            return
         element = data.type.element if isinstance(data, Value) and isinstance(data.type, ListType) else None
         if element is None and isinstance(data, ListArg):
             element = scalar_kind_of(data.items[0])
@@ -492,6 +572,7 @@ class _Specializer:
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
 
     def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
         """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
@@ -511,6 +592,56 @@ class _Specializer:
             return value
         return entry
 
+    def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
+        """Unroll a loop whose every decision is known at export time; False (nothing emitted) if not.
+
+        `for i in range(x.size(0))` over a static dim, or `while i < 3` over a constant `i`, decides
+        nothing at run time: unrolled, each iteration sees its index as a constant, so a value that
+        is None before the loop and set in it (torchaudio's emformer), a list that grows, or sizes
+        computed from the index fold as they do in the literal `range(3)`, which TorchScript
+        unrolls itself. A loop that exits on a run-time condition, or runs more than
+        `UNROLL_LIMIT` iterations, stays a loop (the walk so far is undone).
+        """
+        if not (isinstance(condition, Constant) and isinstance(trip_count, Constant)):
+            return False
+        if UNROLL_LIMIT < trip_count.value < INT64_MAX:
+            return False
+        (body,) = node.blocks()
+        label = next(self.labels)
+        self.labels = itertools.count(label)
+        saved = (len(self.nodes), dict(self.env), dict(self.dim_sources), dict(self.views), self.raised)
+
+        def undo() -> bool:
+            length, self.env, self.dim_sources, self.views, self.raised = saved
+            del self.nodes[length:]
+            self.labels = itertools.count(label)  # the loop's labels are those it had not unrolled
+            return False
+
+        entries = list(carried)
+        for index in itertools.count():
+            if index == trip_count.value:
+                break
+            if index == UNROLL_LIMIT:
+                return undo()
+            for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
+                self.bind(ts_param, entry)
+            try:
+                self.visit_nodes(body.nodes())
+            except DyclError:
+                # Visited as a loop (index and carried values known only at run time), the body
+                # may still export: the loop's own path decides.
+                return undo()
+            if self.raised:
+                return True  # every input that reaches this iteration raises: nothing after it runs
+            keep_going, *entries = [self.entry(v) for v in body.outputs()]
+            if not isinstance(keep_going, Constant):
+                return undo()
+            if not keep_going.value:
+                break
+        for output, entry in zip(node.outputs(), entries):
+            self.bind(output, entry)
+        return True
+
     def visit_loop(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]
         trip_count, condition, carried = inputs[0], inputs[1], inputs[2:]
@@ -522,6 +653,8 @@ class _Specializer:
         ):
             for output, entry in zip(ts_outputs, carried):
                 self.bind(output, entry)
+            return
+        if self.unroll(node, trip_count, condition, carried):
             return
         label = f"loop{next(self.labels)}"
         mutated = mutated_outer([body])
@@ -566,6 +699,8 @@ class _Specializer:
         else:
             raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
         outputs = tuple(self.new_value(t, "c") for t in types)
+        # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
+        body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
         # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
         # starts as a stand-in of its type: the compiled host's loop must carry a value.
         initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
@@ -585,6 +720,7 @@ class _Specializer:
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
 
     # -- lists of tensors whose length is known only at run time --------------------------------
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -877,11 +1013,9 @@ class _Specializer:
                     detail="in-place op without a functional variant",
                 )
             mutated_input = node.inputsAt(0)
-            if isinstance(entries[0], Value) and entries[0] in self.views:
-                raise SpecializeError(
-                    f"in-place write into a view of another tensor ({source}): write the result "
-                    "with torch.where / index_put or clone() the view first"
-                )
+            if entries[0] in self.unlinked_views:
+                self.views[mutated_input.unique()] = ViewLink(mutated_input, SEVERAL, ())
+            view_chain(self.views, mutated_input, source)  # refuses views that cannot be written back
             overload = functional
             schema = overload._schema
         args, kwargs = split_arguments(schema, entries)
@@ -895,14 +1029,27 @@ class _Specializer:
         if not values_in and not _NONDETERMINISTIC.search(target):
             result = call_overload(overload, args, kwargs, lambda a: real_value(a), source, target)
             self._bind_results(outputs_ts, returns, result, fold=True)
-            return
-        name = value_name(outputs_ts[0]) if returns == "single" else "t"
-        outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
-        if returns_view(schema):
-            self.views.update(outputs)
-        self._bind_results(outputs_ts, returns, outputs, fold=False)
+        else:
+            name = value_name(outputs_ts[0]) if returns == "single" else "t"
+            outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
-            self.bind(mutated_input, outputs[0])
+            # The result is the mutated tensor's new value, and that of every tensor it views.
+            written = self.entry(outputs_ts[0])
+            self.bind(mutated_input, written)
+            write_back(self, mutated_input, written, source)
+        elif returns_view(schema):
+            if target.startswith(("aten::to.", "aten::type_as")):
+                # A conversion is the tensor itself when the dtype does not change, else a copy.
+                same = tensor_type_of(self.entry(outputs_ts[0])) == tensor_type_of(entries[0])
+                if same:
+                    self.views[outputs_ts[0].unique()] = ViewLink(node.inputsAt(0), "", ())
+            elif returns == "single" and node.inputsAt(0).type().kind() == "TensorType":
+                self.views[outputs_ts[0].unique()] = ViewLink(node.inputsAt(0), target, tuple(args[1:]))
+            else:
+                # unbind / split / chunk: their results are views, often unpacked from a list.
+                self.views.update((output.unique(), ViewLink(node.inputsAt(0), SEVERAL, ())) for output in outputs_ts)
+                self.unlinked_views.update(walk_args(self.entry(output) for output in outputs_ts))
 
     def emit_tensor_op(
         self, overload: Any, args: list, kwargs: list, source: str, returns: str = "single", name: str = "t"
@@ -910,7 +1057,17 @@ class _Specializer:
         """Append a TensorOp; its result types come from meta runs at the example sizes and perturbed."""
         target = f"{overload._schema.name}.{overload._overloadname}"
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
-        meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
+        try:
+            meta_a = call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target)
+        except UnsupportedOpError as error:
+            if not re.search(r"broadcast|must match", str(error)):
+                raise
+            narrowed = self.narrow_to_static(values_in, [*args, *(a for _, a in kwargs)], source)
+            if not narrowed:
+                raise
+            args = [_substitute(arg, narrowed) for arg in args]
+            kwargs = [(key, _substitute(arg, narrowed)) for key, arg in kwargs]
+            return self.emit_tensor_op(overload, args, kwargs, source, returns, name)
         results_a = result_tensors(meta_a, returns)
         perturbed: list[list[tuple]] = []
         if any(is_dynamic(v) for v in values_in):
@@ -940,6 +1097,54 @@ class _Specializer:
                     self.dim_sources[(outputs[0], dim)] = item
         return outputs
 
+    def narrow_to_static(self, values_in: list[Value], args: list, source: str) -> dict[Value, Value]:
+        """The op's tensors whose dynamic dims broadcast against a static size, each narrowed to it
+        after a host check that it has that size (empty if there are none).
+
+        A size read from data meets a size fixed at export: Tacotron2's padding mask,
+        `torch.arange(0, lengths.max().item())`, against the attention scores of the `T` encoder
+        steps in `alignment.masked_fill(mask, -inf)`. The meta run at the example hints fails to
+        broadcast them, and PyTorch raises at run time unless they agree: so the host checks that
+        the dim has the static size, and a `narrow` to that size (the tensor itself, once checked)
+        gives the op a static operand, which torch.export broadcasts without fixing the dynamic
+        dim to the example's size. A dynamic dim of 1, which PyTorch would also broadcast, is
+        refused by that check with PyTorch's message.
+        """
+        tensors = [tensor_type_of(arg) for arg in walk_args(args) if tensor_type_of(arg) is not None]
+        narrowed: dict[Value, Value] = {}
+        for value in dict.fromkeys(values_in):
+            type_ = value.type
+            if not isinstance(type_, TensorType):
+                continue
+            current = value
+            for dim, size in enumerate(type_.shape):
+                from_right = type_.rank - dim
+                static = {
+                    other.shape[other.rank - from_right]
+                    for other in tensors
+                    if other.rank >= from_right and other.shape[other.rank - from_right] not in (None, 1)
+                }
+                if size is not None or len(static) != 1:
+                    continue
+                (expected,) = static
+                read = self.size_of(value, dim, source)
+                message = (
+                    f"RuntimeError: The size of tensor a must match the size of tensor b ({expected}) at "
+                    f"non-singleton dimension {dim}: a size read from data meets one fixed at export ({source})"
+                )
+                check = (read, Constant(expected), Constant(expected + 1), Constant(message))
+                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+                # Typed here: a meta run at the example hint would find the dim too short.
+                shape = tuple(expected if d == dim else s for d, s in enumerate(current.type.shape))
+                hint = tuple(expected if d == dim else h for d, h in enumerate(current.type.hint))
+                narrowed_value = self.new_value(TensorType(type_.dtype, shape, hint), value.name)
+                args_ = (current, Constant(dim), Constant(0), Constant(expected))
+                self.nodes.append(TensorOp("aten::narrow.default", args_, (), (narrowed_value,), source))
+                current = narrowed_value
+            if current is not value:
+                narrowed[value] = current
+        return narrowed
+
     def visit_tensor_query(
         self, node: torch._C.Node, overload: Any, args: list, kwargs: list, target: str, source: str
     ) -> None:
@@ -948,6 +1153,9 @@ class _Specializer:
         The answer is known at export time when it does not depend on a dynamic dim.
         """
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
+        if target == "aten::numel.default" and isinstance(args[0], Value):
+            self.bind(node.output(), self.numel_of(args[0], source))
+            return
         if any(is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
         self.bind_constants(node, call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target))
@@ -1015,6 +1223,9 @@ _EMPTY_LIST_ERRORS = {
     "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
 }
 INT64_MAX = 2**63 - 1
+# Loops whose every decision is known at export time are unrolled up to this many iterations (each
+# iteration's ops are emitted again; a longer loop stays a loop).
+UNROLL_LIMIT = 64
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 _STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
@@ -1069,7 +1280,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
         raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
         detail = f": {raising[-1].args[0].value} ({raising[-1].source})" if raising else ""
         raise SpecializeError(f"{captured.name} always raises on inputs of the example's types{detail}")
-    outputs = [spec.entry(v) for v in captured.graph.outputs()]
+    outputs = [_constant_structure(spec.entry(v)) for v in captured.graph.outputs()]
     leaves, structure = flatten_entries(outputs)
     leaves = [spec.materialize(leaf, "") for leaf in leaves]
     counter = iter(range(len(leaves)))
@@ -1128,9 +1339,46 @@ _HANDLERS = {
     "aten::size": _Specializer.visit_size,
     "aten::len": _Specializer.visit_len,
     "aten::__getitem__": _Specializer.visit_getitem,
+    "prim::isinstance": _Specializer.visit_isinstance,
+    "aten::_pack_padded_sequence": _Specializer.visit_packed_sequence,
+    "aten::cpu": _Specializer.visit_device_move,
+    "aten::cuda": _Specializer.visit_device_move,
+    "aten::to": _Specializer.visit_device_move,
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
 }
+
+
+def _caller_line(captured: CapturedModel, function: str) -> str:
+    """The model's own line that calls the TorchScript function `function` (torch's code is inlined
+    in the frozen graph, which keeps only torch's lines), or "" if it is not found."""
+    for child in captured.scripted.modules():  # the model itself first, then its submodules
+        try:
+            graph = child.graph
+        except (AttributeError, RuntimeError):
+            continue
+        for node in graph.findAllNodes("prim::CallFunction"):
+            callee = node.inputsAt(0).node()
+            if callee.kind() == "prim::Constant" and function in str(callee):
+                return source_of(node)
+    return ""
+
+
+def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
+    if isinstance(entry, ListArg):
+        return ListArg(tuple(_substitute(item, replaced) for item in entry.items))
+    return replaced.get(entry, entry) if isinstance(entry, Value) else entry
+
+
+def _constant_structure(entry: Any) -> Any:
+    """A returned list or tuple known at export time (`x.size()` of static dims) as one leaf per item."""
+    if isinstance(entry, Constant) and isinstance(entry.value, (list, tuple)):
+        items = tuple(_constant_structure(Constant(item)) for item in entry.value)
+        return ListArg(items) if isinstance(entry.value, list) else TupleEntry(items)
+    if isinstance(entry, (ListArg, TupleEntry)):
+        items = tuple(_constant_structure(item) for item in entry.items)
+        return type(entry)(items)
+    return entry
 
 
 def _dim_error(dim: int, rank: int) -> str:
