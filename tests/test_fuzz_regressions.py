@@ -615,3 +615,38 @@ def test_a_loop_with_a_nested_break_and_a_dynamic_batch(tmp_path) -> None:
         run = dycl_iree.load(path, host=host)
         for x in (torch.ones(3, 6), torch.full((4, 6), 3.0), torch.linspace(-3, 3, 24).view(4, 6)):
             np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6, err_msg=f"{host} {x.shape}")
+
+
+class _ReturnFromLoopInElse(nn.Module):
+    """A `return` from a loop inside the `else` of an `if` inside a loop, with a List[int] among the
+    outputs (fuzzer seed 50009, cut down): the bundle falls back to the Python host, which raised
+    `NameError: name 'unset322' is not defined` on the inputs that take the `else`."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        li: List[int] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        for _ in range(2):
+            if float(h.sum()) > 0.0:
+                h = h + 1.0
+            else:
+                for _ in range(n):
+                    h = h * 0.5
+                    li.append(int(h.argmax()))
+                    if int(h.argmax()) > 4:
+                        return h, li
+        return h, li
+
+
+@pytest.mark.xfail(reason="P1: NameError of a stand-in in the Python host", strict=True)
+def test_a_return_from_a_loop_in_an_else_runs_on_the_python_host(tmp_path) -> None:
+    model = _ReturnFromLoopInElse()
+    bundle = dycl_iree.export(model, (torch.ones(2, 8), 2))
+    path = bundle.save(tmp_path / "return_in_else.dycl")
+    hosts = ["python"] + (["compiled"] if bundle.host == "compiled" else [])
+    for host in hosts:
+        run = dycl_iree.load(path, host=host)
+        for x, n in ((torch.ones(2, 8), 2), (-torch.ones(2, 8), 2), (torch.linspace(-1, 0.5, 16).view(2, 8), 3)):
+            got_h, got_list = run(x.numpy(), n)
+            want_h, want_list = torch.jit.script(model)(x, n)
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-6, err_msg=f"{host} {n}")
+            assert got_list == want_list, (host, got_list, want_list)
