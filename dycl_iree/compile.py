@@ -214,7 +214,12 @@ def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1, use_cache
         hint = ""
         if target.startswith("cuda") and "missing GPU target" in str(error):
             hint = f"\n(iree-compile has no GPU target for that architecture; the default {CUDA_ARCHITECTURE} has one)"
-        raise CompileError(f"iree-compile failed for target {target}:\n{_trim(str(error))}{hint}") from error
+        output = str(error)
+        failure = CompileError(
+            f"iree-compile failed for target {target}: {describe_failure(output)}\n{_trim(output)}{hint}"
+        )
+        failure.diagnostic = describe_failure(output)  # the one line a fallback's reason quotes
+        raise failure from error
     if use_cache:
         cache.write(name, vmfb)
     return vmfb
@@ -230,4 +235,120 @@ def _compiler_version() -> str:
 
 
 def _trim(text: str, limit: int = 4000) -> str:
+    """The tool's output without what repeats the command line, cut to `limit` characters (a crash's
+    stack dump runs to tens of thousands; `describe_failure` has already read all of it)."""
+    text = re.sub(r"(?m)^(\s*0\.\s+Program arguments: )\S*iree-compile\S*", r"\1iree-compile", text)
     return text if len(text) <= limit else text[:limit] + "\n... (truncated)"
+
+
+# What iree-compile's output looks like (iree.compiler's CompilerToolError text):
+#   Error code: -11                                <- the tool died of a signal (here SIGSEGV)
+#   Diagnostics:
+#   "loop1 model.py:12": error: failed to legalize ...   <- a diagnostic at an op's location
+#   Stack dump:
+#    #5 0x... mlir::detail::ConversionPatternRewriterImpl::applySignatureConversion(...) File.cpp:0:0
+#    #7 0x... mlir::iree_compiler::(anonymous namespace)::ScfWhileOpConversion::matchAndRewrite(...)
+#   #18 0x... mlir::iree_compiler::IREE::Stream::(anonymous namespace)::ConvertToStreamPass::runOnOperation()
+_FRAME = re.compile(r"^\s*#\d+\s+0x[0-9a-fA-F]+\s+(.*?)\s*(?:\S+\.(?:cpp|h|c|S|inc):\d+(?::\d+)?)?$")
+_DIAGNOSTIC = re.compile(r"^(?:(.*?):\s+)?error:\s*(.*)$")
+# Frames that say nothing about where the tool died: the signal machinery, pattern dispatch.
+_PLUMBING = re.compile(
+    r"PrintStackTrace|RunSignalHandlers|SignalHandler|^\(|libc\.so|function_ref|PatternApplicator|"
+    r"OpConversionPattern<|ConversionPattern::matchAndRewrite|OperationLegalizer|OperationConverter|applyConversion|"
+    r"applyPartialConversion|applyFullConversion|^raise$|^abort$|__GI_|pthread_kill|report_bad_alloc_error|"
+    r"report_fatal_error|reportFatal"
+)
+
+
+def describe_failure(output: str) -> str:
+    """One line that says what iree-compile reported: its first `error:` diagnostic with its location
+    (the compiled host labels its ops with the construct and the model's line, `loop1 model.py:12`),
+    or for a crash the signal, the pass it died in and the innermost frames of its stack dump.
+
+    >>> describe_failure('Diagnostics:\\n<unknown>:0: error: loc("if2 m.py:7"): failed to legalize it')
+    'error: failed to legalize it (at if2 m.py:7)'
+    >>> describe_failure("Error code: -8\\nStack dump:\\n #4 0x1 mlir::foo::FooPass::runOnOperation() F.cpp:0:0")
+    'crashed with SIGFPE in pass FooPass'
+    """
+    lines = output.splitlines()
+    for line in lines:
+        match = _DIAGNOSTIC.match(line.strip())
+        if match and not line.strip().startswith(("Error code", "Error invoking")):
+            where, message = (match.group(1) or "").strip().strip('"'), match.group(2).strip()
+            located = re.match(r"loc\((.*?)\):\s*(.*)$", message)  # `<unknown>:0: error: loc("if2 m.py:7"): ...`
+            if located:
+                names = re.findall(r'"([^"]*)"', located.group(1))
+                where, message = (names[0] if names else located.group(1)), located.group(2)
+            message = re.split(r":\s+(?:%\S+(?::\d+)?\s+=|\"\w+\.\w+\"\()", message)[0]  # not the op it echoes
+            if where and not re.fullmatch(r"(<unknown>|-|<stdin>)(:\d+)*", where):
+                return f"error: {message[:300]} (at {where})"
+            return f"error: {message[:300]}"
+    code = re.search(r"^Error code:\s*(-?\d+)", output, re.MULTILINE)
+    crashed = "Stack dump:" in output or (code is not None and int(code.group(1)) < 0)
+    if not crashed:
+        assertion = next((line.strip() for line in lines if "Assertion" in line and "failed" in line), None)
+        return assertion or _first_diagnostic_line(lines)
+    text = "crashed"
+    if code is not None and int(code.group(1)) < 0:
+        text += f" with {_signal_name(-int(code.group(1)))}"
+    fatal = next((line.strip() for line in lines if re.search(r"Assertion .* failed|LLVM ERROR", line)), None)
+    if fatal:
+        text += f" ({fatal[:200]})"
+    raw = [match.group(1) for line in lines if (match := _FRAME.match(line))]
+    frames = [_short_frame(frame) for frame in raw if not frame.startswith("(")]
+    passes = [frame for frame in frames if re.search(r"Pass(::|$)|::runOnOperation", frame)]
+    if passes:
+        text += f" in pass {passes[0].split('::')[0]}"
+    inner = []
+    for frame in frames:
+        if frame in passes[:1]:
+            break
+        if not _PLUMBING.search(frame) and frame not in inner:
+            inner.append(frame)
+    if inner:
+        pattern = next((index for index, frame in enumerate(inner) if "matchAndRewrite" in frame), None)
+        chain = inner[:3] if pattern is None else inner[max(pattern - 3, 0) : pattern + 1]
+        text += ": " + " -> ".join(reversed(chain))
+    return text
+
+
+def crashed_on(description: str) -> str | None:
+    """The kind of structured op ("while", "if") whose conversion a crash description names, if any."""
+    match = re.search(r"Scf(\w+?)Op\w*::matchAndRewrite|scf::(\w+?)Op", description)
+    return (match.group(1) or match.group(2)).lower() if match else None
+
+
+_NAMESPACES = {"mlir", "llvm", "iree_compiler", "detail", "IREE", "Stream", "Flow", "HAL", "Util", "Codegen", "sys"}
+
+
+def _short_frame(frame: str) -> str:
+    """A stack frame's function without its arguments, templates and namespaces:
+    `ScfWhileOpConversion::matchAndRewrite(scf::WhileOp)` keeps the op it was given."""
+    op = re.search(r"\((mlir::)?(scf::\w+Op)\b", frame)
+    name = frame
+    while True:  # drop <...> and (...) groups, innermost first
+        shorter = re.sub(r"<[^<>]*>|\([^()]*\)", "", name)
+        if shorter == name:
+            break
+        name = shorter
+    name = re.sub(r"\s+const\s*$", "", name.strip()).split(" ")[-1]
+    parts = [part for part in name.split("::") if part and part not in _NAMESPACES]
+    short = "::".join(parts[-2:]) if parts else frame.strip()[:80]
+    return short + (f"({op.group(2)})" if op else "")
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _first_diagnostic_line(lines: list[str]) -> str:
+    """The first line after `Diagnostics:` (or of the output) when nothing says `error:`."""
+    if "Diagnostics:" in lines:
+        lines = lines[lines.index("Diagnostics:") + 1 :]
+    kept = [line.strip() for line in lines if line.strip() and not line.startswith(("Error invoking", "Error code"))]
+    return kept[0][:300] if kept else "no diagnostic"

@@ -379,8 +379,12 @@ def _failed_node_op(segment: Segment, error: BaseException, text: str, exported:
 
 
 def first_error_line(text: str) -> str:
-    """The first `error:` line of a tool's output (or its first line)."""
+    """The first `error:` line of a tool's output (or its first line). A `CompileError` already
+    starts with its one-line summary (`compile.describe_failure`): a diagnostic, or a crash's signal,
+    pass and frames, which has no `error:` of its own."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if lines and re.match(r"iree-compile failed for target \S+: \S", lines[0]):
+        return lines[0][:400]
     for line in lines:
         if "error:" in line:
             return line[:400]

@@ -31,7 +31,7 @@ from . import cache as compile_cache
 from . import export_cache
 from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, make_manifest, program_text, weight_bytes
 from .capture import capture
-from .compile import compile_module, target_flags
+from .compile import compile_module, crashed_on, target_flags
 from .dynamic_dims import check_examples, declared_dims
 from .errors import CompileError
 from .guards import check_device_indices, guard_indices
@@ -119,7 +119,7 @@ def export(
     module_name = "dycl_" + re.sub(r"\W", "_", program.name).lower()
     name_module(lowered, module_name)
     python_source = synthesize_python(program)
-    unsupported = _add_compiled_host(program, lowered)
+    unsupported, main_text = _add_compiled_host(program, lowered)
 
     def compile_all() -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
@@ -138,7 +138,7 @@ def export(
             raise explain_compile_error(program, targets[0], error) from error
         # The segments compile without `main` (checked next), so only the compiled host is at fault.
         remove_main(lowered)
-        unsupported = "iree-compile rejected the compiled host: " + first_error_line(str(error))
+        unsupported = "iree-compile rejected the compiled host: " + compiled_host_failure(error, main_text)
         try:
             compiled = compile_all()
         except CompileError as segment_error:
@@ -179,10 +179,55 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _add_compiled_host(program: Program, lowered: LoweredModule) -> str | None:
-    """Add `main` to the lowered module; None on success, else why the compiled host is not possible."""
+def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | None, str]:
+    """Add `main` to the lowered module: (None, its MLIR text) on success, else (why the compiled host
+    is not possible, "")."""
     try:
-        attach_main(lowered, synthesize_compiled(program, lowered.signatures))
+        main_text = synthesize_compiled(program, lowered.signatures)
+        attach_main(lowered, main_text)
     except CompiledHostUnsupported as reason:
-        return str(reason)
-    return None
+        return str(reason), ""
+    return None, main_text
+
+
+def compiled_host_failure(error: Exception, main_text: str) -> str:
+    """What iree-compile said about `main`, in one line that names the model's construct.
+
+    A diagnostic carries the location of the op it is about, which `main` labels with its construct
+    and line (`loop1 model.py:12`). A crash has no location; where its stack names the structured op
+    it was converting (`ScfWhileOpConversion`), the constructs of that kind in `main` are named.
+
+    >>> error = CompileError("x"); error.diagnostic = "crashed with SIGSEGV in pass P: ScfWhileOpConversion"
+    >>> compiled_host_failure(error, 'scf.while {\\n} do {\\n} loc("loop1 m.py:3")')
+    'crashed with SIGSEGV in pass P: ScfWhileOpConversion (the scf.while of loop1 m.py:3)'
+    """
+    diagnostic = getattr(error, "diagnostic", None) or first_error_line(str(error))
+    kind = crashed_on(diagnostic) if diagnostic.startswith("crashed") else None
+    if kind is None:
+        return diagnostic
+    labels = list(dict.fromkeys(label for op, label in region_labels(main_text) if op == f"scf.{kind}"))
+    if not labels:
+        return diagnostic
+    if len(labels) == 1:
+        return f"{diagnostic} (the scf.{kind} of {labels[0]})"
+    return f"{diagnostic} (one of the scf.{kind} ops of {', '.join(labels)})"
+
+
+def region_labels(main_text: str) -> list[tuple[str, str]]:
+    """(op name, location label) of every region op of `main`'s text, e.g. ("scf.while", "loop1 m.py:3"):
+    an op that opens a region (a line ending in `{`) is labelled by the `} loc(...)` that closes it."""
+    opened: list[str] = []
+    found = []
+    for line in main_text.splitlines():
+        text = line.strip()
+        if text.startswith("}"):
+            if text.endswith("{"):  # `} else {`, `} do {`: the same op goes on
+                continue
+            op = opened.pop() if opened else ""
+            label = re.search(r'loc\("([^"]*)"\)', text)
+            if label:
+                found.append((op, label.group(1)))
+        elif text.endswith("{"):
+            match = re.search(r"\b(scf\.\w+|func\.func)\b", text)
+            opened.append(match.group(1) if match else "")
+    return found

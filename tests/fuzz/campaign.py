@@ -130,30 +130,29 @@ def read_results(path: Path) -> list[dict]:
     return list(by_seed.values())
 
 
-# Reasons of a fallback, from most to least specific: (pattern, name). The first match names it;
-# otherwise the reason's first line with its numbers and source lines removed.
-_REASONS = [
-    (r"torch\.tensor of a scalar", "torch.tensor of a scalar on a host path"),
-    (r"constant object", "a constant object on a host path"),
-    (r"from \('i64'\) to \('!stream\.resource", "iree-compile: i64 -> (!stream.resource, index) materialization"),
-    (r"source materialization from \('i1'\) to \('i64'\)", "iree-compile: i1 -> i64 source materialization"),
-    (r"scf\.if.*should match", "iree-compile: scf.if result types differ"),
-    (r"flow\.tensor\.update", "iree-compile: flow.tensor.update dynamic dims"),
-    (r"failed to legalize operation 'torch\.constant\.float'", "iree-compile: torch.constant.float not legalized"),
-    (r"SIGSEGV|SIGABRT|Segmentation|Aborted|core dumped|crash", "iree-compile crashed"),
-    (r"list", "a list on a host path"),
-]
+def reasons_of(fallback: str) -> list[str]:
+    """The distinct reasons of one fallback: the compiled host lists every host operation it cannot
+    express, joined by "; "."""
+    if fallback.startswith("iree-compile"):
+        return [reason_of(fallback)]
+    return list(dict.fromkeys(reason_of(part) for part in fallback.split("; ")))
 
 
 def reason_of(fallback: str) -> str:
-    for pattern, name in _REASONS:
-        if re.search(pattern, fallback, re.IGNORECASE):
-            return name
+    """A fallback's reason as a group: what iree-compile said (a crash: signal, pass and frames; an
+    error: its message) or what the compiled host cannot express, without the model's lines, the
+    construct labels and the numbers that differ between programs."""
+    if not fallback.strip():
+        return "(no reason given)"
     text = fallback.splitlines()[0].replace("iree-compile rejected the compiled host: ", "iree-compile: ")
+    text = re.sub(r" \((the scf\.\w+ of|one of the scf\.\w+ ops of|at) [^)]*\)", "", text)
     text = re.sub(r"(<unknown>|-|loc\([^)]*\)):\d+(:\d+)?: error: ", "", text)
+    text = re.sub(r"\s*\([^()]*\.py:\d+\)", "", text)  # "(model.py:12)" after a host-side reason
     text = re.sub(r"\S+\.py:\d+", "<source>", text)
-    text = re.sub(r"\d+", "N", text)
-    return text[:110]
+    text = re.sub(r"__memcpy\w*", "memcpy", text)
+    text = re.sub(r"\b(loop|if)\d+\b", r"\1N", text)
+    text = re.sub(r"(?<![A-Za-z_])\d+", "N", text)
+    return text[:200]
 
 
 def fallback_table(results: list[dict]) -> str:
@@ -163,20 +162,35 @@ def fallback_table(results: list[dict]) -> str:
     lines = [f"{len(results)} programs; {len(exported)} exported"]
     if exported:
         lines.append(f"compiled host: {compiled} of {len(exported)} ({100 * compiled / len(exported):.0f}%)")
-    reasons = Counter(reason_of(r["fallback"]) for r in exported if r["host"] != "compiled")
+    fallbacks = [r for r in exported if r["host"] != "compiled"]
+    reasons = Counter(reason for r in fallbacks for reason in reasons_of(r["fallback"]))
     if reasons:
-        lines.append("fallbacks to the Python host, by reason:")
-        lines += [f"  {count:4d}  {reason}" for reason, count in reasons.most_common()]
+        lines.append("fallbacks to the Python host, by reason (a program with several counts under each):")
+        seeds: dict[str, list[int]] = {}
+        for result in fallbacks:
+            for reason in reasons_of(result["fallback"]):
+                seeds.setdefault(reason, []).append(result["seed"])
+        for reason, count in reasons.most_common():
+            shown = ", ".join(map(str, seeds[reason][:6])) + (", ..." if len(seeds[reason]) > 6 else "")
+            lines.append(f"  {count:4d}  {reason}  (seeds {shown})")
+    lines += feature_table(results)
     statuses = Counter(r["status"] for r in results)
     lines.append("status: " + ", ".join(f"{status} {count}" for status, count in statuses.most_common()))
     unsupported = Counter(reason_of(r["export_error"]) for r in results if r["status"] == "unsupported")
     if unsupported:
         lines.append("export errors (DyclError), by reason:")
-        lines += [f"  {count:4d}  {reason}" for reason, count in unsupported.most_common()]
+        seeds = _seeds_by(results, lambda r: reason_of(r["export_error"]) if r["status"] == "unsupported" else None)
+        lines += [f"  {count:4d}  {reason}  (seeds {seeds[reason]})" for reason, count in unsupported.most_common()]
     failures = Counter(f"{f['host']} host: {f['kind']}" for r in results for f in r.get("failures", []))
     if failures:
         lines.append("failed runs, by host and kind:")
-        lines += [f"  {count:4d}  {kind}" for kind, count in failures.most_common()]
+        for kind, count in failures.most_common():
+            seeds = sorted(
+                {r["seed"] for r in results for f in r.get("failures", []) if f"{f['host']} host: {f['kind']}" == kind}
+            )
+            lines.append(
+                f"  {count:4d}  {kind}  (seeds {', '.join(map(str, seeds[:8]))}{', ...' if len(seeds) > 8 else ''})"
+            )
     unstable = sum(len(r.get("near_threshold", [])) for r in results)
     if unstable:
         lines.append(f"runs that differ where PyTorch's float64 run takes another path (not failures): {unstable}")
@@ -188,3 +202,41 @@ def fallback_table(results: list[dict]) -> str:
         both = sum(r.get("decisions_both_ways", 0) for r in results)
         lines.append(f"decisions that went both ways on the finite inputs: {both} of {decided}")
     return "\n".join(lines)
+
+
+def _seeds_by(results: list[dict], group: Any, shown: int = 6) -> dict[str, str]:
+    """The first seeds of each group (to rerun: `python -m tests.fuzz show SEED`)."""
+    found: dict[str, list[int]] = {}
+    for result in results:
+        name = group(result)
+        if name is not None:
+            found.setdefault(name, []).append(result["seed"])
+    return {
+        name: ", ".join(map(str, seeds[:shown])) + (", ..." if len(seeds) > shown else "")
+        for name, seeds in found.items()
+    }
+
+
+def feature_table(results: list[dict]) -> list[str]:
+    """The compiled host's share among the exported programs that have each feature (a construct or a
+    feature of the source, `generate.source_features`), lowest share first: where the compiled host
+    is weak. Runs that failed are counted per feature too."""
+    exported = [r for r in results if r.get("host")]
+    if not exported:
+        return []
+    by_feature: dict[str, list[dict]] = {}
+    for result in exported:
+        for feature in set(result.get("features", [])) | {f"construct {c}" for c in result.get("constructs", [])}:
+            by_feature.setdefault(feature, []).append(result)
+    rows = []
+    for feature, having in by_feature.items():
+        compiled = sum(1 for r in having if r["host"] == "compiled")
+        failed = sum(1 for r in having if r.get("failures"))
+        rows.append((compiled / len(having), feature, compiled, len(having), failed))
+    lines = ["compiled host by feature (share of the exported programs that have it; failed: with a failed run):"]
+    for share, feature, compiled, count, failed in sorted(rows):
+        lines.append(
+            f"  {100 * share:5.0f}%  {compiled:4d} of {count:<4d} {feature}"
+            + (f"  (failed {failed})" if failed else "")
+        )
+    return lines

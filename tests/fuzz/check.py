@@ -30,7 +30,7 @@ import dycl_iree
 from dycl_iree.verify import OutputError, compare, flatten
 
 from .calibrate import calibrate, instantiate
-from .generate import Program, generate
+from .generate import Program, generate, source_features
 from .inputs import Case, bad_cases, finite_cases
 from .reproducer import write_reproducer
 
@@ -86,6 +86,7 @@ def check_seed(seed: int, folder: Path, keep_bundle: bool = False) -> dict[str, 
     result: dict[str, Any] = {
         "seed": seed,
         "constructs": program.constructs,
+        "features": source_features(program),
         "inputs": program.inputs,
         "dynamic_batch": program.dynamic_batch,
         "decisions": counted,
@@ -138,8 +139,11 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
     runners = {host: dycl_iree.load(path, host=host) for host in hosts}
     for label, values in cases:
         expected, expected_error = _run_reference(scripted, values)
+        returned: dict[str, Any] = {}
         for host, run in runners.items():
-            failure = _run_and_compare(run, values, expected, expected_error, lambda v=values: _run_wide(widened, v))
+            failure = _run_and_compare(
+                run, values, expected, expected_error, lambda v=values: _run_wide(widened, v), returned, host
+            )
             if failure is not None and failure["kind"] == "mismatch" and _unstable(program, values, expected, widened):
                 # A decision within float32 rounding of its threshold, or an argmax between near ties,
                 # may go either way on another summation order (PyTorch's own float64 run disagrees
@@ -147,6 +151,11 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
                 result.setdefault("near_threshold", []).append({"case": label, "host": host})
             elif failure is not None:
                 result["failures"].append({"case": label, "host": host, **failure})
+        if len(returned) == 2 and not hosts_agree(returned["compiled"], returned["python"]):
+            # Both within tolerance of PyTorch (or on an unstable input) but not of each other.
+            if not _unstable(program, values, expected, widened):
+                detail = f"compiled {_short(returned['compiled'])}, python {_short(returned['python'])}"
+                result["failures"].append({"case": label, "host": "compiled", "kind": "hosts differ", "detail": detail})
     if result["failures"]:
         result["status"] = "mismatch"
     import shutil
@@ -222,10 +231,16 @@ def _as_tensors(outputs: Any) -> Any:
     return outputs
 
 
-def _run_and_compare(run: Any, values: tuple, expected: Any, expected_error: str | None, exact: Any) -> dict | None:
+def _run_and_compare(
+    run: Any, values: tuple, expected: Any, expected_error: str | None, exact: Any, returned: dict, host: str
+) -> dict | None:
+    """A failure of one host on one input, or None; what the host returned goes into `returned[host]`.
+    A run error (the VM's INVALID_ARGUMENT, a null ref) where PyTorch returns is a failure, as is one
+    that is not a `DyclError` where PyTorch raises: never skipped."""
     arguments = [v.numpy().copy() if isinstance(v, torch.Tensor) else v for v in values]
     try:
         got = run(*arguments)
+        returned[host] = got
     except dycl_iree.DyclError as error:
         if expected_error is not None:
             return None
@@ -271,6 +286,24 @@ def nan_aware_compare(got: Any, expected: Any, exact: Any = None) -> bool:
             kept_want.append(want)
     errors: list[OutputError] = []
     return compare(kept_got, kept_want, errors, exact)
+
+
+def hosts_agree(compiled: Any, python: Any) -> bool:
+    """The two hosts' outputs on one input: the same structure, shapes and dtypes, NaN at the same
+    places and values within float32 rounding of each other (they run the same segment code)."""
+    a, b = flatten(compiled), flatten(python)
+    if len(a) != len(b):
+        return False
+    for left, right in zip(a, b):
+        left, right = np.asarray(left), np.asarray(right)
+        if left.shape != right.shape or left.dtype != right.dtype:
+            return False
+        if left.dtype.kind == "f":
+            if not np.allclose(left, right, rtol=1e-4, atol=1e-5, equal_nan=True):
+                return False
+        elif not np.array_equal(left, right):
+            return False
+    return True
 
 
 def _infs(array: np.ndarray) -> np.ndarray:

@@ -42,11 +42,19 @@ def simple_statement(b: Builder) -> None:
         lambda: "h = torch.clamp(h, -1.0, 1.0) + h * 0.5",
         lambda: f"h = {b.layer(f'nn.Linear({f}, {f})')}(h)",
         lambda: "h = h + h.argmax(1, keepdim=True).to(h.dtype) * 0.1",
+        # reductions, softmax and element reads of the running tensor (carried, inside a loop)
+        lambda: "h = torch.softmax(h, 1) * 2.0 - 0.5",
+        lambda: "h = h - h.max() * 0.5",
+        lambda: "h = h / (h.abs().sum() + 1.0) * 4.0",
+        lambda: "h = h + h[0, 1] * 0.25",
+        lambda: "h = h * torch.softmax(h, -1).max()",
+        lambda: "h = F.log_softmax(h, 1) * 0.5",
     ]
     if "n" in b.inputs:
         statements.append(lambda: "h = h + float(n) * 0.1")
     if "s" in b.inputs:
         statements.append(lambda: "h = h * 0.5 + s")
+        statements.append(lambda: "h = h + min(s * s, 2.0) - s * 0.5")
     if "c" in b.declared:
         statements += [lambda: "c += 1", lambda: "h = h + torch.tensor(float(c)) * 0.01"]
     if "li" in b.declared:
@@ -238,3 +246,143 @@ def early_return(b: Builder, depth: int) -> None:
     with b.indent():
         simple_statement(b)
         b.emit("return __RETURN__")
+
+
+# --- what real dynamic code does: nested loops, exits from loops, host floats, random ops ----------
+
+
+@construct(1.2, lambda b: "n" in b.inputs)
+def nested_for(b: Builder, depth: int) -> None:
+    """`for i in range(n): for j in range(...)`: the inner trip count is n, i + 1 or a constant."""
+    outer, inner = b.fresh("i"), b.fresh("j")
+    b.emit(f"for {outer} in range(n):")
+    with b.loop():
+        b.emit(f"for {inner} in range({b.rng.choice(['n', f'{outer} + 1', str(b.rng.randint(1, 3))])}):")
+        with b.loop():
+            b.block(depth)
+        if b.rng.random() < 0.5:
+            simple_statement(b)
+
+
+@construct(1.5)
+def break_in_branch(b: Builder, depth: int) -> None:
+    """`if <c>: <work>; break` / `else: <work>` inside a loop (a decoder's stop test), sometimes one
+    `if` deeper."""
+    cap = "n" if "n" in b.inputs and b.rng.random() < 0.7 else str(b.rng.randint(2, 6))
+    b.emit(f"for {b.fresh('i')} in range({cap}):")
+    with b.loop():
+        simple_statement(b)
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            if b.rng.random() < 0.4:
+                b.emit(f"if {b.condition()}:")
+                with b.indent():
+                    simple_statement(b)
+                    b.emit("break")
+                simple_statement(b)
+            else:
+                simple_statement(b)
+                b.emit("break")
+        b.emit("else:")
+        with b.indent():
+            b.block(depth)
+
+
+@construct(1.5)
+def return_in_loop(b: Builder, depth: int) -> None:
+    """An early `return` from inside a loop (an image captioner's decode loop returns its sequence)."""
+    cap = "n" if "n" in b.inputs and b.rng.random() < 0.7 else str(b.rng.randint(2, 5))
+    b.emit(f"for {b.fresh('i')} in range({cap}):")
+    with b.loop():
+        b.block(depth)
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            if b.rng.random() < 0.5:
+                simple_statement(b)
+            b.emit("return __RETURN__")
+        if b.rng.random() < 0.5:
+            simple_statement(b)
+
+
+@construct(0.8)
+def return_in_nested_loop(b: Builder, depth: int) -> None:
+    """An early `return` from the inner of two nested loops (RaNet's exits, a beam's stop)."""
+    outer_cap = "n" if "n" in b.inputs else str(b.rng.randint(2, 4))
+    b.emit(f"for {b.fresh('i')} in range({outer_cap}):")
+    with b.loop():
+        simple_statement(b)
+        b.emit(f"for {b.fresh('j')} in range({b.rng.randint(1, 3)}):")
+        with b.loop():
+            simple_statement(b)
+            b.emit(f"if {b.condition()}:")
+            with b.indent():
+                b.emit("return __RETURN__")
+        if b.rng.random() < 0.5:
+            b.block(max(depth - 1, 0))
+
+
+@construct(1.2)
+def host_float(b: Builder, depth: int) -> None:
+    """Host float arithmetic: a float read off the tensor (`float(x.item())`), `math` functions,
+    `min`/`abs`, then used to scale the tensor (what a temperature or a step size does)."""
+    b.imports.add("math")
+    v = b.fresh("v")
+    # `abs` of a host float is an export error today (no host form): one read in six
+    reads = ["float(h.abs().mean().item())", "float(h.abs().max())", "float(h.norm())"]
+    read = b.rng.choice(reads * 2 + ["abs(float(h.sum()))"])
+    b.emit(f"{v} = {read}")
+    b.emit(
+        b.rng.choice(
+            [
+                f"{v} = math.sqrt({v}) * 0.5 + 0.25",
+                f"{v} = math.exp(-{v}) + 0.5",
+                f"{v} = math.tanh({v}) * 2.0",  # the exporter has no host tanh: an export error
+                f"{v} = min({v}, 2.0) * 0.5 + math.log(1.0 + {v}) * 0.1",
+                f"{v} = {v} / ({v} + 1.0) + float(int({v} * 2.0)) * 0.1",
+            ]
+        )
+    )
+    b.emit(f"h = h * {v}")
+
+
+@construct(1.0)
+def random_op(b: Builder, depth: int) -> None:
+    """A random op (PonderNet's `bernoulli`, Tacotron2's always-on dropout, noise): exactly where
+    real code puts them, but written so that the randomness cancels, since PyTorch's and IREE's
+    generators cannot be seeded alike. `0.0 * dropout(tanh(h))` is 0 wherever h is not NaN (dropout
+    of h itself is not: a dropped inf is inf * 0 = NaN); a bernoulli of ones is ones, of zeros is
+    zeros; uniform and normal noise are finite. The random op stays in the program (a float
+    multiply by 0.0 does not fold), so the compiler sees it; the outputs can be compared exactly
+    (tests/test_fuzz_smoke.py checks each form under several generator states)."""
+    b.emit(
+        b.rng.choice(
+            [
+                "h = h + 0.0 * F.dropout(torch.tanh(h), 0.1, True)",
+                "h = h + 0.0 * torch.rand_like(h)",
+                "h = h + 0.0 * torch.randn_like(h)",
+                "h = h * torch.bernoulli(torch.ones_like(h))",
+                "h = h + torch.bernoulli(torch.zeros_like(h))",
+                "h = h + 0.0 * torch.bernoulli(torch.full_like(h, 0.5))",
+            ]
+        )
+    )
+
+
+@construct(1.5)
+def decode_loop(b: Builder, depth: int) -> None:
+    """A decoder's loop: a layer and a softmax per step, the argmax appended, stop on a condition
+    of the carried state (by `break` or by returning from inside the loop)."""
+    f = b.features
+    cap = "n" if "n" in b.inputs and b.rng.random() < 0.7 else str(b.rng.randint(2, 6))
+    b.emit(f"for {b.fresh('i')} in range({cap}):")
+    with b.loop():
+        b.emit(f"h = torch.softmax({b.layer(f'nn.Linear({f}, {f})')}(h), 1) + h * 0.5")
+        if b.rng.random() < 0.4:
+            random_op(b, 0)
+        if b.rng.random() < 0.5:
+            b.imports.add("typing")
+            b.declare("li", "li: List[int] = []")
+            b.emit("li.append(int(h.argmax()))")
+        b.emit(f"if {b.condition()}:")
+        with b.indent():
+            b.emit(b.rng.choice(["break", "return __RETURN__"]))

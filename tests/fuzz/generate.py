@@ -34,9 +34,11 @@ class Condition:
     op: str
     kind: str  # "float", "int" or "bool" (a bool input: nothing to calibrate)
     threshold: float | int = 0
+    negated: bool = False  # written as `not <marker>`: the probe decides the inner comparison
 
     def render(self) -> str:
-        return self.template.format(t=repr(self.threshold))
+        text = self.template.format(t=repr(self.threshold))
+        return f"({text})" if self.negated and " " in text else text
 
     def probe(self, index: int) -> str:
         """The eager-mode form that records the value and decides with the current threshold."""
@@ -62,8 +64,9 @@ class Program:
     def render(self, probe: bool = False) -> str:
         """The program's source; `probe=True` gives the calibration form of every condition."""
         signature = {"x": "x: torch.Tensor", "n": "n: int", "k": "k: int", "s": "s: float", "flag": "flag: bool"}
-        lines = ["import torch", "import torch.nn.functional as F", "from torch import nn"]
-        lines += ["from typing import Dict, List"] if self.imports else []
+        lines = ["import math"] if "math" in self.imports else []
+        lines += ["import torch", "import torch.nn.functional as F", "from torch import nn"]
+        lines += ["from typing import Dict, List"] if self.imports - {"math"} else []
         lines += ["", "", "class Program(nn.Module):", f"{INDENT}def __init__(self) -> None:"]
         lines += [f"{INDENT * 2}super().__init__()"] + [f"{INDENT * 2}{line}" for line in self.init]
         lines += ["", f"{INDENT}def forward(self, {', '.join(signature[name] for name in self.inputs)}):"]
@@ -77,6 +80,57 @@ class Program:
             lines.append(INDENT * 2 + line)
         lines.append(f"{INDENT * 2}return {returned}")
         return "\n".join(lines) + "\n"
+
+
+# Features of a program's source that the campaign's table counts, beside its constructs: (name, pattern).
+_FEATURES = [
+    ("softmax", r"softmax\("),
+    ("reduction (max/sum/mean/norm)", r"\.(max|sum|mean|norm)\(\)"),
+    ("element read h[i, j]", r"h\[0, 1\]"),
+    ("and/or condition", r"^\s*(if|while) .*\b(and|or)\b(?! \w+ < )"),
+    ("not condition", r"\bnot\b"),
+    (".any().item()", r"\.any\(\)\.item\(\)"),
+    ("host float (.item(), math, float arithmetic)", r"\.item\(\)|math\.|\bv\d+ = "),
+    ("random op", r"rand_like|randn_like|bernoulli|dropout"),
+    ("break", r"^\s*break$"),
+    ("return inside a loop", r"^\s*return "),
+]
+
+
+def source_features(program: Program) -> list[str]:
+    """The features of `program`'s forward, each also as "<feature> in a loop" where it lies in a loop
+    body (what makes a carried value of it), plus "nested loops", "dynamic batch" and its scalar inputs."""
+    import re
+
+    found: set[str] = set()
+    loops: list[int] = []  # indents of the enclosing `for`/`while` headers
+    depth = 0
+    for line in program.body:
+        line = re.sub(r"__C(\d+)__", lambda m: program.conditions[int(m.group(1))].render(), line)
+        indent = len(line) - len(line.lstrip())
+        while loops and indent <= loops[-1]:
+            loops.pop()
+        for name, pattern in _FEATURES:
+            if re.search(pattern, line):
+                in_loop = bool(loops)
+                if name == "return inside a loop":
+                    if not in_loop:
+                        continue
+                    found.add(name + (" (nested loops)" if len(loops) > 1 else ""))
+                    continue
+                found.add(name)
+                if in_loop:
+                    found.add(f"{name} in a loop")
+        if re.match(r"\s*(for|while) ", line):
+            loops.append(indent)
+            depth = max(depth, len(loops))
+    if depth > 1:
+        found.add("nested loops")
+    if program.dynamic_batch:
+        found.add("dynamic batch")
+    scalars = (("n", "int"), ("s", "float"), ("flag", "bool"))
+    found.update(f"input {name}: {kind}" for name, kind in scalars if name in program.inputs)
+    return sorted(found)
 
 
 class Builder:
@@ -134,26 +188,53 @@ class Builder:
                 self.outputs.append(name)
 
     def condition(self, in_while: bool = False) -> str:
-        """A new decision on the running tensor or a scalar input; returns its marker for the source."""
+        """A new decision on the running tensor or a scalar input; returns its marker for the source.
+
+        Sometimes two decisions joined by `and` / `or`, or one negated with `not`, as real code writes
+        them; a condition inside `while` is always a bool (the loop adds `and j < cap`)."""
+        roll = self.rng.random()
+        if roll < 0.2:
+            joiner = self.rng.choice([" and ", " or "])
+            return "(" + self._one_condition(True) + joiner + self._one_condition(True) + ")"
+        if roll < 0.3:
+            return self._one_condition(True, negate=True)
+        return self._one_condition(in_while)
+
+    def _one_condition(self, want_bool: bool, negate: bool = False) -> str:
+        # (template, calibration value, op, kind, is a bool in TorchScript)
         forms = [
-            ("h.sum() > {t}", "float(h.sum())", ">", "float"),
-            ("bool(h.mean() < {t})", "float(h.mean())", "<", "float"),
-            ("float(h.max()) > {t}", "float(h.max())", ">", "float"),
-            ("float(h.sum()) < {t}", "float(h.sum())", "<", "float"),
-            ("bool(h.norm() > {t})", "float(h.norm())", ">", "float"),
-            ("int(h.argmax()) > {t}", "int(h.argmax())", ">", "int"),
+            ("h.sum() > {t}", "float(h.sum())", ">", "float", False),
+            ("bool(h.mean() < {t})", "float(h.mean())", "<", "float", True),
+            ("float(h.max()) > {t}", "float(h.max())", ">", "float", True),
+            ("float(h.sum()) < {t}", "float(h.sum())", "<", "float", True),
+            ("bool(h.norm() > {t})", "float(h.norm())", ">", "float", True),
+            ("int(h.argmax()) > {t}", "int(h.argmax())", ">", "int", True),
+            # reductions, element reads and softmax of the running (in a loop: carried) tensor
+            ("float(h.abs().sum()) > {t}", "float(h.abs().sum())", ">", "float", True),
+            ("float(h[0, 1]) > {t}", "float(h[0, 1])", ">", "float", True),
+            ("float(torch.softmax(h, 1).max()) > {t}", "float(torch.softmax(h, 1).max())", ">", "float", True),
+            # host floats: `.item()`, `math` functions
+            ("float(h.mean().item()) < {t}", "float(h.mean().item())", "<", "float", True),
+            ("math.exp(-float(h.abs().mean())) > {t}", "math.exp(-float(h.abs().mean()))", ">", "float", True),
+            ("math.sqrt(float(h.abs().mean())) > {t}", "math.sqrt(float(h.abs().mean()))", ">", "float", True),
+            # ACT's halting test: `.any().item()` of a comparison (decides like the max)
+            ("(h > {t}).any().item()", "float(h.max())", ">", "float", True),
         ]
-        if in_while:  # `while` needs a bool, not a tensor
-            forms[0] = ("bool(h.sum() > {t})", "float(h.sum())", ">", "float")
         if "n" in self.inputs:
-            forms.append(("n > {t}", "n", ">", "int"))
+            forms.append(("n > {t}", "n", ">", "int", True))
         if "s" in self.inputs:
-            forms.append(("s < {t}", "s", "<", "float"))
-        if "flag" in self.inputs and not in_while:
-            forms.append(("flag", "flag", "", "bool"))
-        template, value, op, kind = self.rng.choice(forms)
-        self.conditions.append(Condition(template, value, op, kind, 0.0 if kind == "float" else 0))
-        return f"__C{len(self.conditions) - 1}__"
+            forms.append(("s < {t}", "s", "<", "float", True))
+            forms.append(("s * 2.0 + 0.5 < {t}", "s * 2.0 + 0.5", "<", "float", True))
+        if "flag" in self.inputs and not want_bool:
+            forms.append(("flag", "flag", "", "bool", True))
+        if want_bool or negate:
+            forms = [form for form in forms if form[4]]
+        template, value, op, kind, _ = self.rng.choice(forms)
+        if "math." in template:
+            self.imports.add("math")
+        self.conditions.append(Condition(template, value, op, kind, 0.0 if kind == "float" else 0, negate))
+        marker = f"__C{len(self.conditions) - 1}__"
+        return f"not {marker}" if negate else marker
 
     def block(self, depth: int) -> None:
         """A body: one to three statements or constructs, nested constructs only while `depth` allows."""
@@ -187,7 +268,7 @@ def generate(seed: int) -> Program:
         builder.constructs.append(construct.__name__)
         construct(builder, 2)
     body = builder.body[:1] + builder.prologue + builder.body[1:]
-    dynamic = rng.random() < 0.25
+    dynamic = rng.random() < 0.4
     return Program(
         seed=seed,
         features=features,
