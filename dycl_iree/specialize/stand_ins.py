@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..program import STAND_IN, Block, HostOp, If, Value
+from ..program import STAND_IN, Block, HostOp, If, Value, arg_values, iter_nodes, node_inputs, sub_blocks
 
 
 def reuse_parameters(body: Block, results: list, params: list[Value]) -> tuple[Block, int]:
@@ -72,7 +72,11 @@ def _replace_in_if(node: If, wanted: dict[int, Value]) -> tuple[If, int]:
                     count += replaced
             nodes.append(inner_node)
         used = {v for v in results if isinstance(v, Value)}
-        # A stand-in nothing yields any more is dropped (its zeros would be made for nothing).
+        for inner_node in iter_nodes(Block((), tuple(nodes), ())):
+            used.update(node_inputs(inner_node))
+            for inner_block in sub_blocks(inner_node):
+                used.update(v for result in inner_block.results for v in arg_values(result))
+        # A stand-in nothing reads any more is dropped (its zeros would be made for nothing).
         nodes = [
             n for n in nodes if not (isinstance(n, HostOp) and n.target == STAND_IN and not (set(n.outputs) & used))
         ]
