@@ -30,7 +30,7 @@ def python_only_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     export_module = importlib.import_module("dycl_iree.pipeline")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export cache would return the compiled host
-        patch.setattr(export_module, "_add_compiled_host", lambda program, lowered: "not built for this test")
+        patch.setattr(export_module, "_add_compiled_host", lambda program, lowered: ("not built for this test", ""))
         from models import programs
 
         model, example_inputs = programs.early_exit()[:2]
