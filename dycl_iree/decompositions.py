@@ -157,6 +157,27 @@ def convolution_as_im2col_matmul(
     True
     """
     out_channels, channels, kernel_h, kernel_w = weight.shape
+    taps, out_h, out_w = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation)
+    patches = aten.cat(taps, 3)
+    batch = patches.shape[0]
+    depth = kernel_h * kernel_w * channels
+    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(depth, out_channels)
+    out = aten.mm(patches.reshape(batch * out_h * out_w, depth), matrix)
+    if bias is not None:
+        out = out + bias
+    return _nchw(out.reshape(batch, out_h, out_w, out_channels))
+
+
+def _channels_last_taps(
+    input: torch.Tensor,
+    kernel_h: int,
+    kernel_w: int,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> tuple[list[torch.Tensor], int, int]:
+    """The kernel's taps of an NCHW input as strided NHWC slices of the padded input (row-major
+    over the kernel), and the output's height and width."""
     _, _, height, width = input.shape
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
     nhwc = aten.permute(input, [0, 2, 3, 1])
@@ -168,14 +189,7 @@ def convolution_as_im2col_matmul(
         rows = aten.slice(padded, 1, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
         for j in range(kernel_w):
             taps.append(aten.slice(rows, 2, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w))
-    patches = aten.cat(taps, 3)
-    batch = patches.shape[0]
-    depth = kernel_h * kernel_w * channels
-    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(depth, out_channels)
-    out = aten.mm(patches.reshape(batch * out_h * out_w, depth), matrix)
-    if bias is not None:
-        out = out + bias
-    return _nchw(out.reshape(batch, out_h, out_w, out_channels))
+    return taps, out_h, out_w
 
 
 def pointwise_convolution_as_matmul(
@@ -230,20 +244,12 @@ def depthwise_convolution_as_taps(
     True
     """
     out_channels, _, kernel_h, kernel_w = weight.shape
-    _, _, height, width = input.shape
-    (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
-    nhwc = aten.permute(input, [0, 2, 3, 1])
-    padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0) if pad_h or pad_w else nhwc
-    out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
-    out_w = (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
+    taps, _, _ = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation)
     tap_weights = aten.permute(weight, [2, 3, 1, 0]).reshape(kernel_h * kernel_w, out_channels)
     out = None
-    for i in range(kernel_h):
-        rows = aten.slice(padded, 1, i * dilation_h, i * dilation_h + stride_h * (out_h - 1) + 1, stride_h)
-        for j in range(kernel_w):
-            tap = aten.slice(rows, 2, j * dilation_w, j * dilation_w + stride_w * (out_w - 1) + 1, stride_w)
-            term = tap * aten.select(tap_weights, 0, i * kernel_w + j)
-            out = term if out is None else out + term
+    for index, tap in enumerate(taps):
+        term = tap * aten.select(tap_weights, 0, index)
+        out = term if out is None else out + term
     if bias is not None:
         out = out + bias
     return _nchw(out)
