@@ -590,11 +590,6 @@ class _Specializer:
             value = self.new_value(type_, "unset")
             nodes.append(HostOp(STAND_IN, (), (value,), source))
             return value
-        if isinstance(type_, ListType):
-            # A list (the `List[int]` a decoder returns from inside its loop): an empty one.
-            value = self.new_value(ListType(type_.element, ()), "unset")
-            nodes.append(HostOp("prim::ListConstruct", (), (value,), source))
-            return value
         return entry
 
     def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
