@@ -30,6 +30,10 @@ def _append(items: list, item: Any) -> list:
     return [*items, item]
 
 
+def _to_int(a: Any) -> int:
+    return int(a) if math.isfinite(a) else -(2**63)
+
+
 def _div(a: float, b: float) -> float:
     return a / b
 
@@ -60,7 +64,9 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::__not__": ScalarOp(lambda a: not a, "(not {0})"),
     "aten::__lshift__": ScalarOp(lambda a, b: a << b, "({0} << {1})"),
     "aten::__rshift__": ScalarOp(lambda a, b: a >> b, "({0} >> {1})"),
-    "aten::Int": ScalarOp(int, "int({0})"),
+    # TorchScript's int() of a NaN or infinite float is INT64_MIN (the CPU's conversion), silently;
+    # Python's raises. The hosts return what TorchScript returns.
+    "aten::Int": ScalarOp(_to_int, "(int({0}) if math.isfinite({0}) else -9223372036854775808)"),
     "aten::Float": ScalarOp(float, "float({0})"),
     "aten::Bool": ScalarOp(bool, "bool({0})"),
     "aten::floor": ScalarOp(math.floor, "math.floor({0})"),

@@ -416,13 +416,12 @@ class _IntOfNaN(nn.Module):
         return x * (float(int(v * 2.0)) * 0.1 + 1.0)
 
 
-@pytest.mark.xfail(reason="F7: the Python host raises ValueError", strict=True)
 def test_int_of_a_nan_host_float_is_not_a_python_crash(tmp_path) -> None:
     model = _IntOfNaN()
     path = dycl_iree.export(model, (torch.ones(2, 4),)).save(tmp_path / "int_of_nan.dycl")
     x = torch.ones(2, 4)
     x[1, 2] = float("nan")
-    for host in ("python",):
+    for host in ("python", "compiled"):
         run = dycl_iree.load(path, host=host)
         try:
             got = run(x.numpy())
