@@ -100,7 +100,7 @@ def sample_builders(
     return {name: builder(name) for name in specs}
 
 
-def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int) -> None:
+def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int, batch: Tensor | None = None) -> None:
     """Give every BatchNorm the running statistics a trained network would have, then random affines.
 
     With PyTorch's default initialisation and identity BatchNorms, the signal of a random deep
@@ -109,7 +109,8 @@ def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int
     backbone in train mode sets each BatchNorm's mean/var to its batch's statistics, so features
     stay normalised and input-dependent at every depth. Random affine parameters then keep all four
     `batch_norm` operands non-trivial for the exporter's tests. `run` must execute every BatchNorm
-    without any data-dependent decision (a batch cannot take one path). Leaves `model` in eval mode.
+    without any data-dependent decision (a batch cannot take one path). `batch` defaults to 16
+    random 32x32 images. Leaves `model` in eval mode.
 
     >>> model = nn.Sequential(conv_bn_relu(3, 4))
     >>> fit_batch_norms(model, model, seed=1)
@@ -124,7 +125,8 @@ def fit_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int
         with torch.no_grad():
             norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
             norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
-    batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
+    if batch is None:
+        batch = torch.cat([random_image(1000 + index, 0.5 + index / 8) for index in range(16)])
     model.train()
     with torch.no_grad():
         run(batch)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.common import sample_builders, seeded
+from models.common import fit_batch_norms, sample_builders, seeded
 from models.transformer import Translator, source_inputs
 
 CLASSES = 1000
@@ -55,23 +55,9 @@ def imagenet_image(seed: int, scale: float = 1.0, shift: float = 0.0, resolution
 
 
 def fit_image_batch_norms(model: nn.Module, run: Callable[[Tensor], object], seed: int, resolution: int) -> None:
-    """BatchNorm statistics of one batch of 8 random images, then random affines (see
-    `models.common.fit_batch_norms`, which does this at 32x32). Leaves `model` in eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    norms = [module for module in model.modules() if isinstance(module, nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None
-        with torch.no_grad():
-            norm.weight.copy_(torch.rand(norm.num_features, generator=generator) * 0.5 + 0.75)
-            norm.bias.copy_(torch.randn(norm.num_features, generator=generator) * 0.1)
+    """`models.common.fit_batch_norms` on one batch of 8 random images at `resolution`."""
     batch = torch.cat([imagenet_image(2000 + index, 0.5 + index / 4, resolution=resolution) for index in range(8)])
-    model.train()
-    with torch.no_grad():
-        run(batch)
-    for norm in norms:
-        norm.momentum = 0.1
-    model.eval()
+    fit_batch_norms(model, run, seed, batch)
 
 
 # ---------------------------------------------------------------------------------------------
