@@ -32,7 +32,10 @@ from .progress import LOGGER
 # float32 result is itself an approximation: float32 sums in another order (IREE's tiled
 # convolutions) each land a few 1e-6 of the output's scale away from the float64 result, on
 # opposite sides. So an output that misses is checked once more against the model run in
-# float64: it passes if it is no further from that than PyTorch's float32 output is, plus RTOL.
+# float64: it passes if it is within twice PyTorch's own float32 error of it, plus RTOL. Twice, not
+# once: neither float32 result is the better one by right, and where a program amplifies rounding
+# (a tensor renormalized after subtracting its mean, again and again) PyTorch's own error is many
+# times RTOL, and IREE's, from sums in another order, is of the same size but not smaller.
 RTOL = 1e-5
 ATOL = 1e-6
 
@@ -123,7 +126,7 @@ def _as_close_as_pytorch(got: Any, want: torch.Tensor, exact: torch.Tensor) -> b
     scale = float(np.max(np.abs(truth)))
     ours = float(np.max(np.abs(np.asarray(got, np.float64) - truth)))
     pytorch = float(np.max(np.abs(want.detach().numpy().astype(np.float64) - truth)))
-    return ours <= pytorch + RTOL * scale + ATOL
+    return ours <= 2 * pytorch + RTOL * scale + ATOL
 
 
 def _same(got: Any, want: Any, error: OutputError) -> bool | None:
