@@ -228,3 +228,11 @@ def test_a_problem_under_a_decorator_from_another_file_is_told_at_the_users_line
     # TorchScript's own message names the decorator's file with the model's line number.
     assert _where(problem) == (path, _line(path, "try:"))
     assert problem.source == "try:"
+
+
+def test_a_class_without_readable_source_is_named() -> None:
+    namespace: dict = {}
+    exec("from torch import nn\nclass Made(nn.Module):\n    def forward(self, x):\n        return x + 1\n", namespace)
+    (problem,) = diagnose(namespace["Made"]())
+    assert problem.title == "the model's source code cannot be read"
+    assert "`Made`" in problem.fix and "define it in a .py file" in problem.fix

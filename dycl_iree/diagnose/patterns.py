@@ -81,6 +81,8 @@ def explain(
         annotation = _string_annotation_problem(headline, code)
         if annotation is not None:
             return [annotation], None
+        if "could not get source code" in headline or "requires source access" in headline:
+            return [_no_source_problem(code, headline)], None
         problem = Problem("TorchScript rejected the model", "", 0, "", message, GENERIC_ADVICE)
         return [problem], None
     frame = user_frames[0]
@@ -608,3 +610,19 @@ def _flag_read_around(frame: Frame) -> str | None:
             test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
             flag = self_attribute(test) or flag
     return flag
+
+
+def _no_source_problem(code: UserCode, headline: str) -> Problem:
+    """A module class whose source `inspect` cannot read: defined in `exec`, `python -c` or a REPL."""
+    unreadable = []
+    for module_class in code.instances:
+        try:
+            inspect.getsource(module_class)
+        except (OSError, TypeError):
+            unreadable.append(module_class.__qualname__)
+    named = ", ".join(f"`{name}`" for name in unreadable) or "the model's classes"
+    fix = (
+        f"TorchScript compiles a module from its source text, and the source of {named} cannot be read "
+        "(a class made by exec(), `python -c` or an interactive session): define it in a .py file and import it."
+    )
+    return Problem("the model's source code cannot be read", "", 0, "", headline, fix)
