@@ -236,3 +236,38 @@ def test_a_class_without_readable_source_is_named() -> None:
     (problem,) = diagnose(namespace["Made"]())
     assert problem.title == "the model's source code cannot be read"
     assert "`Made`" in problem.fix and "define it in a .py file" in problem.fix
+
+
+_REFUSED = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Summarizer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(4, 6, proj_size=3)
+
+        def forward(self, x):
+            out, _ = self.lstm(x)
+            return out.mean(0)
+
+
+    def summarizer():
+        return Summarizer(), (torch.randn(5, 1, 4),), ({0: torch.export.Dim("steps")},)
+    """
+)
+
+
+def test_doctor_gives_an_exporter_refusal_at_the_users_line_with_its_way_out(tmp_path, capsys) -> None:
+    from dycl_iree import cli
+
+    path = tmp_path / "summarizer.py"
+    path.write_text(_REFUSED)
+    assert cli.main(["doctor", f"{path}:summarizer"]) == 1
+    out = capsys.readouterr().out
+    line = _line(str(path), "out, _ = self.lstm(x)")
+    assert f"{path}:{line}: cannot lower aten::lstm" in out
+    assert "out, _ = self.lstm(x)" in out.splitlines()[2]  # the line itself, under the title
+    assert "fix: 5 weight tensors where 4 were expected" in out and "export with a fixed sequence length" in out
