@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import DyclError, SpecializeError
-from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, Loop, ScalarType, TensorType, Type, Value
+from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, ListType, Loop, ScalarType, TensorType, Type, Value
 from .aliasing import mutated_outer
 from .mutation import mark_stale
 from .schemas import source_of
@@ -119,6 +119,11 @@ class ControlFlow:
         if isinstance(type_, TensorType):
             value = self.new_value(type_, "unset")
             nodes.append(HostOp(STAND_IN, (), (value,), source))
+            return value
+        if isinstance(type_, ListType):
+            # A list (the `List[int]` a decoder returns from inside its loop): an empty one.
+            value = self.new_value(ListType(type_.element, ()), "unset")
+            nodes.append(HostOp("prim::ListConstruct", (), (value,), source))
             return value
         return entry
 
