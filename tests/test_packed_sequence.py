@@ -148,3 +148,13 @@ class PackedDataRead(nn.Module):
 def test_other_reads_of_a_packed_sequence_are_refused_with_what_works():
     with pytest.raises(dycl_iree.DyclError, match=r"reads a PackedSequence's data.*pad_packed_sequence"):
         dycl_iree.export(PackedDataRead(), (torch.randn(5, 2, 4), torch.tensor([5, 3])))
+
+
+def test_a_padded_length_that_changes_at_run_time_is_refused_with_what_works():
+    """The layer runs over the padded steps, unrolled like nn.LSTM over a fixed length; refused at
+    the model's line."""
+    example = (torch.randint(0, 12, (3, 6)), torch.tensor([6, 4, 2]))
+    dims = {"tokens": {1: "steps"}, "lengths": None}
+    message = r"_pack_padded_sequence \(from .*test_packed_sequence.py:\d+\).*a PackedSequence needs a padded length"
+    with pytest.raises(dycl_iree.DyclError, match=message):
+        dycl_iree.export(BidirectionalEncoder().eval(), example, dynamic_shapes=dims)

@@ -74,7 +74,8 @@ class Infer(torch.nn.Module):
 @pytest.fixture(scope="module")
 def tacotron2():
     module = torchaudio_tacotron2()
-    torch.manual_seed(0)
+    # Initial weights whose gates stop the inputs below at steps 1 to 6, and some at decoder_max_step.
+    torch.manual_seed(11)
     model = module.Tacotron2(**SMALL).eval()
     model.decoder.prenet.__class__ = _without_prenet_dropout(module)
     return model
@@ -127,5 +128,5 @@ def test_infer_exports_with_the_compiled_host_and_stops_where_pytorch_stops(taco
         for host in hosts:
             _compare(host(tokens.numpy(), np.array(lengths)), want)
         stops.add(tuple(want[1].tolist()))  # mel_specgram_lengths: the step each input stopped at
-    assert len(stops) >= 2, stops
-    assert any(SMALL["decoder_max_step"] in stop for stop in stops), stops
+    assert len({step for stop in stops for step in stop}) >= 4, stops  # sequences stop at different steps
+    assert any(SMALL["decoder_max_step"] in stop for stop in stops), stops  # and at the cap

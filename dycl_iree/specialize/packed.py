@@ -92,16 +92,23 @@ class PackedSequences:
                 overload_of("aten::transpose.int"), [input_, Constant(0), Constant(1)], [], source, name="padded"
             )
         steps = padded.type.shape[0]
+        if steps is None:
+            raise UnsupportedOpError(
+                node.kind(),
+                _caller_line(self.captured, "pack_padded_sequence") or source,
+                detail="a PackedSequence needs a padded length known at export time (its recurrent layer is "
+                "unrolled over the padded steps, as nn.LSTM is): export with the padded length fixed; the "
+                "lengths may still change at run time",
+            )
         last = self._packed_op("aten::select.int", [lengths, Constant(0), Constant(-1)], source)
         self._check_zero(self._packed_op("aten::le.Scalar", [last, Constant(0)], source), _NOT_POSITIVE, source)
         later = self._packed_op("aten::slice.Tensor", [lengths, Constant(0), Constant(1), Constant(None)], source)
         earlier = self._packed_op("aten::slice.Tensor", [lengths, Constant(0), Constant(0), Constant(-1)], source)
         self._check_zero(self._packed_op("aten::gt.Tensor", [later, earlier], source), _NOT_SORTED, source)
-        if steps is not None:
-            # PyTorch reads past the batch here (its result is garbage or a later error): refuse.
-            longer = self._packed_op("aten::gt.Scalar", [lengths, Constant(steps)], source)
-            message = f"RuntimeError: a length is longer than the padded batch's {steps} steps ({source})"
-            self._check_zero(longer, message, source)
+        # PyTorch reads past the batch here (its result is garbage or a later error): refuse.
+        longer = self._packed_op("aten::gt.Scalar", [lengths, Constant(steps)], source)
+        message = f"RuntimeError: a length is longer than the padded batch's {steps} steps ({source})"
+        self._check_zero(longer, message, source)
         batch = padded.type.shape[1]
         batch_entry = Constant(batch) if batch is not None else self.size_of(padded, 1, source)
         data, batch_sizes = node.outputs()
@@ -228,6 +235,21 @@ class PackedSequences:
         read = self.new_value(ScalarType("int", 1), value_name_or(lengths, "longest"))
         self.nodes.append(HostOp("aten::Int.Tensor", (longest,), (read,), source))
         return read
+
+
+def _caller_line(captured: Any, function: str) -> str:
+    """The model's own line that calls the TorchScript function `function` (torch's code is inlined
+    in the frozen graph, which keeps only torch's lines), or "" if it is not found."""
+    for child in captured.scripted.modules():  # the model itself first, then its submodules
+        try:
+            graph = child.graph
+        except (AttributeError, RuntimeError):
+            continue
+        for node in graph.findAllNodes("prim::CallFunction"):
+            callee = node.inputsAt(0).node()
+            if callee.kind() == "prim::Constant" and function in str(callee):
+                return source_of(node)
+    return ""
 
 
 def _dtype_code(dtype: str) -> int:
