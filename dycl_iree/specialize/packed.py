@@ -25,7 +25,7 @@ from ..errors import UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..padded_rnn import PADDED_OPS
 from ..program import Constant, HostOp, ListArg, ScalarType, Value
-from .schemas import overload_of, resolve_overload, source_of
+from .schemas import DTYPE_CODES, overload_of, resolve_overload, source_of, torch_dtype
 from .values import tensor_type_of
 
 
@@ -150,9 +150,10 @@ class PackedSequences:
                 answer = self.size_of(padded, dim + 1, source) if dim >= 1 else None
             elif kind == "aten::dim":
                 answer = Constant(padded.type.rank - 1)
-            elif kind != "aten::size":
-                self.visit_type_query_of(node, padded)
-                return None
+            elif kind == "prim::device":
+                answer = Constant(torch.device("cpu"))  # a bundle keeps every tensor on its one device
+            elif kind == "prim::dtype":
+                answer = Constant(DTYPE_CODES.get(torch_dtype(padded.type.dtype), 6))
         if answer is None:
             what = "data" if isinstance(subject, PackedData) else "batch_sizes"
             raise UnsupportedOpError(
@@ -164,11 +165,6 @@ class PackedSequences:
             )
         self.bind(node.output(), answer)
         return None
-
-    def visit_type_query_of(self, node: torch._C.Node, tensor: Value) -> None:
-        """`x.device` / `x.dtype` of a PackedSequence's data: those of its padded batch."""
-        answers = {"prim::device": torch.device("cpu"), "prim::dtype": _dtype_code(tensor.type.dtype)}
-        self.bind(node.output(), Constant(answers[node.kind()]))
 
     def visit_packed_rnn(self, node: torch._C.Node, target: str, entries: list, source: str) -> None:
         """`aten::lstm.data(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train,
@@ -232,7 +228,7 @@ class PackedSequences:
     def _longest(self, lengths: Any, source: str) -> Value:
         """max(lengths), read to the host: the padded output's number of steps."""
         longest = self._packed_op("aten::max.default", [lengths], source)
-        read = self.new_value(ScalarType("int", 1), value_name_or(lengths, "longest"))
+        read = self.new_value(ScalarType("int", 1), _name_or(lengths, "longest"))
         self.nodes.append(HostOp("aten::Int.Tensor", (longest,), (read,), source))
         return read
 
@@ -252,12 +248,5 @@ def _caller_line(captured: Any, function: str) -> str:
     return ""
 
 
-def _dtype_code(dtype: str) -> int:
-    from .schemas import DTYPE_CODES, torch_dtype
-
-    return DTYPE_CODES.get(torch_dtype(dtype), 6)
-
-
-def value_name_or(entry: Any, default: str) -> str:
+def _name_or(entry: Any, default: str) -> str:
     return entry.name if isinstance(entry, Value) and entry.name else default
-
