@@ -5,7 +5,19 @@ of `scf.while` break (README, "Known traps": the loop-narrowing crash and the ze
 
 from __future__ import annotations
 
-from ..program import Arg, Block, Constant, If, Loop, Value, arg_values, iter_nodes, node_inputs, sub_blocks
+from ..program import (
+    Arg,
+    Block,
+    Constant,
+    If,
+    Loop,
+    TensorType,
+    Value,
+    arg_values,
+    iter_nodes,
+    node_inputs,
+    sub_blocks,
+)
 from .types import INT64_MAX, mlir_type
 
 
@@ -56,7 +68,10 @@ class ControlFlowEmitter:
         if None in builtins:
             return self.prim_loop(node)
         trip, _ = self.operand(node.trip_count, "!torch.int")
-        initial = self.widened([self.operand(arg, want)[0] for arg, want in zip(node.initial, types)], types)
+        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        spare = _starts_without_rows(node)
+        initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
+        initial = self.widened(initial, types)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
@@ -78,7 +93,11 @@ class ControlFlowEmitter:
         kept = self.barrier_all(arguments, builtins, unread=unread)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
+        params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        next_values = [
+            self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
+        ]
         go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(self.widened(next_values, types), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
@@ -97,8 +116,34 @@ class ControlFlowEmitter:
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
         for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
-            carried_out = self.from_builtin(f"{result}#{position + 1}", carrier)
-            self.define(value, self.narrowed(carried_out, type_text), type_text)
+            name = self.narrowed(self.from_builtin(f"{result}#{position + 1}", carrier), type_text)
+            self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
+
+    def with_spare_row(self, name: str, type_text: str) -> str:
+        """`name` with one row of zeros in front (see `_starts_without_rows`)."""
+        rank = type_text.split("[", 1)[1].split("]", 1)[0].count(",") + 1
+        pads = [self.constant(0, None)[0] for _ in range(2 * rank - 2)] + [self.constant(1, None)[0]]
+        pads.append(self.constant(0, None)[0])
+        listed, value, padded = self.fresh(), self.constant(0.0, None)[0], self.fresh()
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(pads)} : ({', '.join(['!torch.int'] * len(pads))}) "
+            "-> !torch.list<int>"
+        )
+        self.emit(
+            f"{padded} = torch.aten.constant_pad_nd {name}, {listed}, {value} : {type_text}, !torch.list<int>, "
+            f"!torch.float -> {type_text}"
+        )
+        return padded
+
+    def without_spare_row(self, name: str, type_text: str) -> str:
+        """`name` without its first row."""
+        zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
+        end, sliced = self.constant(INT64_MAX, None)[0], self.fresh()
+        self.emit(
+            f"{sliced} = torch.aten.slice.Tensor {name}, {zero}, {one}, {end}, {one} : "
+            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {type_text}"
+        )
+        return sliced
 
     def loop_condition(self, counter: str, trip: str, condition: Arg) -> str:
         """`counter < trip and condition` (the condition left out when it is the constant true)."""
@@ -291,6 +336,23 @@ class ControlFlowEmitter:
 def _carriers(types: list[str]) -> list[str]:
     """The types in which `types` cross a branch or loop edge: a bool as an int (`widened`)."""
     return ["!torch.int" if type_text == "!torch.bool" else type_text for type_text in types]
+
+
+def _starts_without_rows(node: Loop) -> set[int]:
+    """Positions of the carried tensors that start with no rows and have another dynamic dim (a list
+    of tensors that starts empty: `alignments: List[Tensor] = []` in Tacotron2's decode loop).
+
+    IREE 3.13 runs a loop that carries such a tensor wrongly: OUT_OF_RANGE in
+    `hal.device.queue.execute`, or rows of garbage (`acc = torch.zeros(0, n)`, then
+    `acc = torch.cat([acc, w], 0)` in a loop with a `break`; with one row to start from it is
+    right). So the loop carries them with one spare row of zeros in front, taken off at the top of
+    the body and after the loop."""
+    spare = set()
+    for position, arg in enumerate(node.initial):
+        shape = arg.type.shape if isinstance(arg, Value) and isinstance(arg.type, TensorType) else None
+        if shape and shape[0] == 0 and None in shape[1:] and node.outputs[position].type.shape[0] is None:
+            spare.add(position)
+    return spare
 
 
 def _values_read(block: Block) -> set[Value]:

@@ -219,7 +219,12 @@ class ControlFlow:
                     types = [type_of(leaf, source) for leaf in initial_leaves]
                     continue
                 # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
-                reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                # An empty list's tensors take their dynamic sizes from those the loop starts from.
+                self.size_witnesses = initial_leaves
+                try:
+                    reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                finally:
+                    self.size_witnesses = []
                 if flatten_entries(reconciled)[1] == structure:
                     raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
                 initial = reconciled
