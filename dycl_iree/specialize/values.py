@@ -289,39 +289,6 @@ def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
     raise SpecializeError(f"a value changes kind between paths ({source})")
 
 
-def flatten_entries(entries: list) -> tuple[list, Any]:
-    leaves: list = []
-
-    def walk(entry: Any) -> Any:
-        if isinstance(entry, TupleEntry):
-            return ("tuple", tuple(walk(i) for i in entry.items))
-        if isinstance(entry, ListArg):
-            return ("list", tuple(walk(i) for i in entry.items))
-        if isinstance(entry, TensorList):
-            leaves.append(entry.value)
-            return ("tensor_list", ())
-        leaves.append(entry)
-        return "leaf"
-
-    structure = tuple(walk(e) for e in entries)
-    return leaves, structure
-
-
-def unflatten_entries(structure: Any, leaves: list) -> list:
-    iterator = iter(leaves)
-
-    def build(node: Any) -> Any:
-        if node == "leaf":
-            return next(iterator)
-        kind, items = node
-        if kind == "tensor_list":
-            return TensorList(next(iterator))
-        built = tuple(build(i) for i in items)
-        return TupleEntry(built) if kind == "tuple" else ListArg(built)
-
-    return [build(s) for s in structure]
-
-
 # ---------------------------------------------------------------------------------------------
 # Entry point
 
