@@ -46,7 +46,9 @@ def build_outputs(tree: Any, leaves: list) -> Any:
             flag, subtree = tree["optional"]
             return build_outputs(subtree, leaves) if leaves[flag] else None
         if "dict" in tree:
-            return {key: build_outputs(subtree, leaves) for key, subtree in tree["dict"]}
+            # [key, subtree, flag]: a key the dict holds where leaf `flag` is true.
+            held = [entry for entry in tree["dict"] if len(entry) == 2 or leaves[entry[2]]]
+            return {entry[0]: build_outputs(entry[1], leaves) for entry in held}
         if "namedtuple" in tree:
             name, fields = tree["namedtuple"]
             return _namedtuple(name, tuple(f for f, _ in fields))(*(build_outputs(t, leaves) for _, t in fields))
@@ -74,7 +76,14 @@ def flatten_outputs(tree: Any, outputs: Any) -> list:
             value = flatten_outputs(subtree, outputs) if outputs is not None else [None] * _count(subtree)
             return [outputs is not None, *value]
         if "dict" in tree:
-            return [leaf for key, t in tree["dict"] for leaf in flatten_outputs(t, outputs[key])]
+            leaves = []
+            for entry in tree["dict"]:
+                key, subtree = entry[0], entry[1]
+                value = outputs.get(key)
+                leaves += flatten_outputs(subtree, value) if key in outputs else [None] * _count(subtree)
+                if len(entry) == 3:
+                    leaves.append(key in outputs)
+            return leaves
         if "namedtuple" in tree:
             return [leaf for (_, t), o in zip(tree["namedtuple"][1], outputs) for leaf in flatten_outputs(t, o)]
         return [leaf for t, o in zip(tree["list"], outputs) for leaf in flatten_outputs(t, o)]
@@ -97,7 +106,12 @@ def _children(tree: Any) -> list[tuple[str, Any]]:
     if "list" in tree:
         return [("", t) for t in tree["list"]]
     if "dict" in tree:
-        return [(str(key), t) for key, t in tree["dict"]]
+        children = []
+        for entry in tree["dict"]:
+            children.append((str(entry[0]), entry[1]))
+            if len(entry) == 3:
+                children.append((f"{entry[0]}_has_value", entry[2]))
+        return children
     if "namedtuple" in tree:
         return [(str(field), t) for field, t in tree["namedtuple"][1]]
     if "optional" in tree:
@@ -143,7 +157,11 @@ def describe_tree(tree: Any, labels: list[str]) -> str:
         flag, subtree = tree["optional"]
         return f"{describe_tree(subtree, labels)} if {labels[flag]} else None"
     if "dict" in tree:
-        return "{" + ", ".join(f"{key!r}: {describe_tree(t, labels)}" for key, t in tree["dict"]) + "}"
+        items = []
+        for entry in tree["dict"]:
+            held = f" (if {labels[entry[2]]})" if len(entry) == 3 else ""
+            items.append(f"{entry[0]!r}: {describe_tree(entry[1], labels)}{held}")
+        return "{" + ", ".join(items) + "}"
     name, fields = tree["namedtuple"]
     return f"{name}(" + ", ".join(f"{field}={describe_tree(t, labels)}" for field, t in fields) + ")"
 
@@ -176,10 +194,15 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
         pairs = body if kind == "dict" else (body[1] if isinstance(body, list) and len(body) == 2 else None)
         if kind == "namedtuple" and not (pairs is not None and isinstance(body[0], str)):
             raise TreeProblem(f"{where}.namedtuple must be [name, [[field, subtree], ...]]")
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            raise TreeProblem(f"{where}.{kind} must list [key, subtree] pairs")
-        for key, subtree in pairs:
-            check_tree(subtree, leaf_count, f"{where}.{kind}[{key!r}]")
+        sizes = (2, 3) if kind == "dict" else (2,)
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) in sizes for p in pairs):
+            raise TreeProblem(f"{where}.{kind} must list [key, subtree] pairs (or [key, subtree, flag leaf])")
+        for entry in pairs:
+            check_tree(entry[1], leaf_count, f"{where}.{kind}[{entry[0]!r}]")
+            if len(entry) == 3:
+                if type(entry[2]) is not int:
+                    raise TreeProblem(f"{where}.{kind}[{entry[0]!r}] flag must be a leaf index")
+                check_tree(entry[2], leaf_count, f"{where}.{kind}[{entry[0]!r}][2]")
     else:
         raise TreeProblem(
             f"{where} is a dict with key {kind!r}; expected 'list', 'unstack', 'optional', 'dict' or 'namedtuple'"

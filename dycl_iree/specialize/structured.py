@@ -38,13 +38,23 @@ from typing import Any
 import torch
 
 from ..errors import SpecializeError
-from ..program import Constant, ListArg
+from ..guards import CHECK_INDEX
+from ..program import Constant, HostOp, ListArg
 from .schemas import source_of
 from .values import UNINITIALIZED, TensorList, TupleEntry, is_none
 
 
 @dataclass(frozen=True)
 class OptionalEntry:
+    present: Any
+    value: Any
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """A dict's item under a key that the dict holds on some paths only: `present` says whether it
+    does (`k in d`), `value` is the item or a stand-in."""
+
     present: Any
     value: Any
 
@@ -77,8 +87,6 @@ class RuntimeText:
     source: str
 
 
-STRUCTURED = (OptionalEntry, RecordEntry, RuntimeText)
-
 # Context managers a `with` in `forward` may use that change nothing the exporter computes.
 _GRAD_MODES = ("no_grad", "enable_grad", "inference_mode", "set_grad_enabled")
 
@@ -92,6 +100,8 @@ def unset_like(entry: Any) -> Any:
         return ListArg(tuple(unset_like(item) for item in entry.items))
     if isinstance(entry, OptionalEntry):
         return OptionalEntry(Constant(UNINITIALIZED), unset_like(entry.value))
+    if isinstance(entry, KeyEntry):
+        return KeyEntry(Constant(UNINITIALIZED), unset_like(entry.value))
     if isinstance(entry, RecordEntry):
         items = tuple(unset_like(item) for item in entry.items)
         return RecordEntry(entry.kind, entry.name, entry.keys, items, entry.identity)
@@ -112,10 +122,24 @@ def conform(entry: Any, like: Any) -> Any:
         return OptionalEntry(Constant(True), conform(entry, like.value))
     if isinstance(like, TupleEntry) and isinstance(entry, TupleEntry) and len(like.items) == len(entry.items):
         return TupleEntry(tuple(conform(e, k) for e, k in zip(entry.items, like.items)))
-    if isinstance(like, RecordEntry) and isinstance(entry, RecordEntry) and like.keys == entry.keys:
-        items = tuple(conform(e, k) for e, k in zip(entry.items, like.items))
-        return RecordEntry(entry.kind, entry.name, entry.keys, items, entry.identity)
+    if isinstance(like, RecordEntry) and isinstance(entry, RecordEntry) and set(entry.keys) <= set(like.keys):
+        items = []
+        for key, like_item in zip(like.keys, like.items):
+            if key not in entry.keys:  # a key the loop's dict holds on some iterations only
+                items.append(KeyEntry(Constant(False), unset_like(_item_value(like_item))))
+                continue
+            item = entry.get(key)
+            if isinstance(like_item, KeyEntry):
+                present = item.present if isinstance(item, KeyEntry) else Constant(True)
+                items.append(KeyEntry(present, conform(_item_value(item), like_item.value)))
+            else:
+                items.append(conform(item, like_item))
+        return RecordEntry(entry.kind, entry.name, like.keys, tuple(items), entry.identity)
     return entry
+
+
+def _item_value(item: Any) -> Any:
+    return item.value if isinstance(item, KeyEntry) else item
 
 
 def flatten_entries(entries: list) -> tuple[list, Any]:
@@ -136,6 +160,9 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
+        if isinstance(entry, KeyEntry):
+            leaves.append(entry.present)
+            return ("key", (walk(entry.value),), None)
         if isinstance(entry, RecordEntry):
             return ("record", tuple(walk(i) for i in entry.items), (entry.kind, entry.name, entry.keys))
         leaves.append(entry)
@@ -154,9 +181,9 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         kind, items, meta = node
         if kind == "tensor_list":
             return TensorList(next(iterator))
-        if kind == "optional":
+        if kind in ("optional", "key"):
             present = next(iterator)
-            return OptionalEntry(present, build(items[0]))
+            return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
         built = tuple(build(i) for i in items)
         if kind == "record":
             return RecordEntry(meta[0], meta[1], meta[2], built)
@@ -171,7 +198,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
 
     A leaf is its index; a tuple a JSON list; `{"list": [...]}` a list; `{"unstack": i}` a list of
     run-time length (leaf i holds it stacked on dim 0); `{"optional": [flag, subtree]}`;
-    `{"dict": [[key, subtree], ...]}`; `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
+    `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
+    `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
     """
     iterator = iter(leaves)
     kept: list = []
@@ -185,7 +213,7 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
             next(iterator)
             return
         kind, items, _ = node
-        if kind in ("tensor_list", "optional"):
+        if kind in ("tensor_list", "optional", "key"):
             next(iterator)
         for item in items:
             skip(item)
@@ -205,13 +233,25 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
                 skip(items[0])
                 return None
             return {"optional": [keep(flag), build(items[0])]}
+        if kind == "record" and meta[0] == "dict":
+            pairs = []
+            for key, item in zip(meta[2], items):
+                if item == "leaf" or item[0] != "key":
+                    pairs.append([key, build(item)])
+                    continue
+                flag = next(iterator)  # a key the dict holds on some paths only
+                if not isinstance(flag, Constant):
+                    pairs.append([key, build(item[1][0]), keep(flag)])
+                elif flag.value:
+                    pairs.append([key, build(item[1][0])])
+                else:
+                    skip(item[1][0])
+            return {"dict": pairs}
         subtrees = [build(i) for i in items]
         if kind == "list":
             return {"list": subtrees}
         if kind == "record":
             record_kind, name, keys = meta
-            if record_kind == "dict":
-                return {"dict": [[key, subtree] for key, subtree in zip(keys, subtrees)]}
             if record_kind == "namedtuple":
                 return {"namedtuple": [name, [[key, subtree] for key, subtree in zip(keys, subtrees)]]}
             raise SpecializeError(
@@ -286,7 +326,25 @@ class StructuredValues:
         key = self.dict_key(key, "`d[key]`", source)
         if key not in subject.keys:
             raise SpecializeError(f"KeyError: {key!r} is not in the dict on the example's path ({source})")
-        self.bind(node.output(), subject.get(key))
+        item = subject.get(key)
+        if isinstance(item, KeyEntry):
+            # A key the dict holds on some paths only: PyTorch raises KeyError on the others.
+            if isinstance(item.present, Constant):
+                held = Constant(int(bool(item.present.value)))
+            else:
+                held = self.emit_host("aten::Int.bool", (item.present,), "int", source)
+            message = Constant(f"RuntimeError: KeyError: {key!r}")
+            self.nodes.append(HostOp(CHECK_INDEX, (held, Constant(1), Constant(2), message), (), source))
+            item = item.value
+        self.bind(node.output(), item)
+
+    def key_set_known(self, subject: RecordEntry, construct: str, source: str) -> None:
+        if any(isinstance(item, KeyEntry) for item in subject.items):
+            held = [k for k, item in zip(subject.keys, subject.items) if isinstance(item, KeyEntry)]
+            raise SpecializeError(
+                f"{construct} on a dict that holds {', '.join(map(repr, held))} on some paths only ({source}): "
+                "which keys it holds is decided at run time; read those keys one by one (`if k in d:`)"
+            )
 
     def visit_dict_method(self, node: torch._C.Node) -> None:
         """`k in d`, `d.keys()`, `.values()`, `.items()`, `d.get(k)`, `d.pop(k)`, `dict(d)`, `d.copy()`."""
@@ -297,8 +355,17 @@ class StructuredValues:
             return self.visit_op(node)
         source = source_of(node)
         if kind == "aten::__contains__":
-            self.bind(node.output(), Constant(self.dict_key(entries[1], "`key in d`", source) in subject.keys))
-        elif kind == "aten::keys":
+            key = self.dict_key(entries[1], "`key in d`", source)
+            item = subject.get(key) if key in subject.keys else None
+            self.bind(node.output(), item.present if isinstance(item, KeyEntry) else Constant(key in subject.keys))
+            return
+        if kind == "aten::get" and (len(entries) < 3 or is_none(entries[2])):
+            key = self.dict_key(entries[1], "`d.get(key)`", source)
+            item = subject.get(key) if key in subject.keys else Constant(None)
+            self.bind(node.output(), OptionalEntry(item.present, item.value) if isinstance(item, KeyEntry) else item)
+            return
+        self.key_set_known(subject, f"{kind[6:]}()", source)
+        if kind == "aten::keys":
             self.bind(node.output(), ListArg(tuple(Constant(k) for k in subject.keys)))
         elif kind == "aten::values":
             self.bind(node.output(), ListArg(subject.items))
@@ -339,10 +406,13 @@ class StructuredValues:
             return self.visit_op(node)
         updated = subject.set(node.s("name"), item)
         self.bind(node.inputsAt(0), updated)
-        if subject.identity:
-            # Other names of the same object see the write (a record is a value: find them).
-            for key, entry in list(self.env.items()):
-                if isinstance(entry, RecordEntry) and entry.identity == subject.identity:
+        # Other names of the same object see the write (a record is a value: find them). A name is
+        # the same object if it was made by the same `CreateObject`, or holds the very same field
+        # values (after a join, which forgets where an object was made). An object kept inside a
+        # list, tuple or dict is not found: its write is not seen there.
+        for key, entry in list(self.env.items()):
+            if isinstance(entry, RecordEntry) and entry.kind == "object":
+                if entry == subject or (subject.identity and entry.identity == subject.identity):
                     self.env[key] = updated
 
     def visit_get_attr(self, node: torch._C.Node) -> None:
@@ -383,6 +453,12 @@ class StructuredValues:
         if isinstance(a, OptionalEntry) and isinstance(b, OptionalEntry):
             x, y = self.reconcile(a.value, b.value, nodes_a, nodes_b, source)
             return OptionalEntry(a.present, x), OptionalEntry(b.present, y)
+        if isinstance(a, KeyEntry) and isinstance(b, KeyEntry):
+            x, y = self.reconcile(a.value, b.value, nodes_a, nodes_b, source)
+            return KeyEntry(a.present, x), KeyEntry(b.present, y)
+        if isinstance(a, RecordEntry) and isinstance(b, RecordEntry) and a.kind == b.kind == "dict":
+            a, b = _same_keys(a, b), _same_keys(b, a)
+            b = RecordEntry(b.kind, b.name, a.keys, tuple(b.get(k) for k in a.keys), b.identity)
         if isinstance(a, RecordEntry) and isinstance(b, RecordEntry):
             if a.keys != b.keys or a.kind != b.kind:
                 missing = sorted(set(map(str, a.keys)) ^ set(map(str, b.keys)))
@@ -419,6 +495,21 @@ class StructuredValues:
             if isinstance(entry, RecordEntry):
                 raise SpecializeError(f"{node.kind()} on {entry.describe()} is not supported ({source})")
         return False
+
+
+def _same_keys(record: RecordEntry, other: RecordEntry) -> RecordEntry:
+    """`record` holding every key of `other` too: a key only one of them holds is held on some paths
+    only (a KeyEntry, unset where missing)."""
+    items = []
+    for key, item in zip(record.keys, record.items):
+        one_sided = key not in other.keys or isinstance(other.get(key), KeyEntry)
+        items.append(KeyEntry(Constant(True), item) if one_sided and not isinstance(item, KeyEntry) else item)
+    keys = list(record.keys)
+    for key, item in zip(other.keys, other.items):
+        if key not in record.keys:
+            keys.append(key)
+            items.append(KeyEntry(Constant(False), unset_like(_item_value(item))))
+    return RecordEntry(record.kind, record.name, tuple(keys), tuple(items), record.identity)
 
 
 def _namedtuple_fields(node: torch._C.Node) -> tuple | None:
