@@ -155,6 +155,65 @@ def test_decoder_state_that_starts_as_none_is_set_in_the_first_step(tmp_path):
     assert exits == {"none", "cap", "eos"}, exits
 
 
+class BeamSearch(nn.Module):
+    """A small beam search as translation code writes one: the decoder's hidden state starts as None
+    and the first step makes it from the encoder; `topk` over beam x vocabulary picks the next
+    beams; the best finished hypothesis (its final state and score) is Optional until a beam's
+    best candidate ends with end-of-sequence; the search stops early once no beam can beat it."""
+
+    def __init__(self, dim=4, vocab=5, beam=3, bos=1, eos=0):
+        super(BeamSearch, self).__init__()
+        self.vocab, self.beam, self.bos, self.eos = vocab, beam, bos, eos
+        self.bridge = nn.Linear(dim, dim)
+        self.embed = nn.Embedding(vocab, dim)
+        self.cell = nn.GRUCell(dim, dim)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, memory, max_len: int):
+        hidden: Optional[torch.Tensor] = None
+        scores = torch.zeros(self.beam)
+        tokens = torch.full((self.beam,), self.bos, dtype=torch.long)
+        best: Optional[torch.Tensor] = None
+        best_score: Optional[float] = None
+        for _ in range(max_len):
+            if hidden is None:
+                hidden = torch.tanh(self.bridge(memory)).repeat(self.beam, 1)
+            hidden = self.cell(self.embed(tokens), hidden)
+            logp = F.log_softmax(self.out(hidden), dim=-1)
+            candidates = (scores.unsqueeze(1) + logp).view(-1)
+            scores, flat = candidates.topk(self.beam)
+            origin = torch.div(flat, self.vocab, rounding_mode="floor")
+            tokens = flat % self.vocab
+            hidden = hidden[origin]
+            if int(tokens[0]) == self.eos:
+                if best_score is None or float(scores[0]) > best_score:
+                    best = hidden[0]
+                    best_score = float(scores[0])
+            if best_score is not None and float(scores.max()) < best_score:
+                break
+        return best, best_score, scores
+
+
+def test_beam_search_with_optional_state_and_best_hypothesis(tmp_path):
+    torch.manual_seed(7)
+    _, scripted, compiled, python = _export(tmp_path, BeamSearch(), (torch.randn(1, 4), 4), "beam")
+    outcomes = set()
+    generator = torch.Generator().manual_seed(0)
+    for sample in range(60):
+        memory = torch.randn(1, 4, generator=generator) * 3
+        max_len = 0 if sample == 0 else 5
+        best, _, _ = _check(scripted, (compiled, python), (memory, max_len))
+        (trips,) = python.trip_counts.values()
+        if max_len == 0:
+            outcomes.add("no step")  # every Optional stays None
+        else:
+            outcomes.add(("finished" if best is not None else "unfinished", "cap" if trips[-1] == max_len else "early"))
+        if len(outcomes) == 3:
+            break
+    # A search that never finishes runs to the cap; one that finishes stops once no beam can beat it.
+    assert outcomes == {"no step", ("unfinished", "cap"), ("finished", "early")}, outcomes
+
+
 # ---------------------------------------------------------------------------------------------
 # Dicts with keys known at export: heads that return a dict, from an early exit too
 # ---------------------------------------------------------------------------------------------
