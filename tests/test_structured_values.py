@@ -455,3 +455,27 @@ def test_the_c_header_shows_an_optional_as_a_flag_beside_its_value(tmp_path):
     segment = dycl_iree.export(SegmentationHead().eval(), (torch.randn(2, 4),)).save(tmp_path / "segment.dycl")
     header = emit_c(segment, tmp_path / "c")[0].read_text()
     assert "{'out': output0_out, 'aux': output1_aux (if output2_aux_has_value), " in header
+
+
+class SharedHypothesis(nn.Module):
+    """`best = hyp`, then a loop that writes `hyp.score` and may give `best` a new object: after
+    the first iteration `best` is `hyp` on some paths only."""
+
+    def forward(self, state, max_steps: int):
+        hyp = Hypothesis(torch.zeros(1, dtype=torch.long), 0.0, 0)
+        best = hyp
+        for _ in range(max_steps):
+            hyp.score = hyp.score + float(state.sum())
+            if hyp.score > 1.0:
+                best = Hypothesis(hyp.tokens, hyp.score, hyp.length)
+        return best.score
+
+
+def test_a_write_to_an_object_that_another_name_may_hold_is_refused():
+    line = inspect.getsourcelines(SharedHypothesis.forward)[1] + 4
+    message = (
+        rf"`.score = ...` writes a Hypothesis object that another name may or may not hold, depending on a "
+        rf"decision made at run time \(.*test_structured_values.py:{line}\).*make a new object instead"
+    )
+    with pytest.raises(dycl_iree.DyclError, match=message):
+        dycl_iree.export(SharedHypothesis(), (torch.randn(3), 2))

@@ -18,7 +18,15 @@ from .aliasing import mutated_outer
 from .mutation import mark_stale
 from .schemas import source_of
 from .stand_ins import reuse_parameters
-from .structured import OptionalEntry, RecordEntry, conform, flatten_entries, unflatten_entries, unset_like
+from .structured import (
+    OptionalEntry,
+    RecordEntry,
+    conform,
+    flatten_entries,
+    mark_shared,
+    unflatten_entries,
+    unset_like,
+)
 from .values import INT64_MAX, UNINITIALIZED, TupleEntry, is_none, join_types, same_constant, type_of
 
 
@@ -88,7 +96,8 @@ class ControlFlow:
         if then_raised and else_raised:
             self.raised = True
             return
-        rebuilt = unflatten_entries(structure, joined)
+        sides = [then_results] * (not then_raised) + [else_results] * (not else_raised)
+        rebuilt = mark_shared(sides, unflatten_entries(structure, joined))
         ts_outputs = list(node.outputs())
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
@@ -189,7 +198,7 @@ class ControlFlow:
             # A None the loop starts with is the constant None in the body until the body sets it.
             params = [Constant(None) if t is _NONE else self.new_value(t, "c") for t in types]
             saved_env = dict(self.env)
-            entries = unflatten_entries(structure, params)
+            entries = mark_shared([initial], unflatten_entries(structure, params))
             for ts_value, entry in zip(mutated, entries[len(carried) :]):
                 self.bind(ts_value, entry)
             body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
@@ -257,7 +266,7 @@ class ControlFlow:
         )
         loop_results = iter(outputs)
         leaves = [next(loop_results) if k in kept else Constant(None) for k in range(count)]
-        rebuilt = unflatten_entries(structure, leaves)
+        rebuilt = mark_shared([initial, results[1:]], unflatten_entries(structure, leaves))
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):

@@ -65,7 +65,9 @@ class RecordEntry:
     name: str  # the class name of a NamedTuple or object
     keys: tuple
     items: tuple
-    identity: int = 0  # the `prim::CreateObject` that made an object (0: unknown, e.g. after a join)
+    # The `prim::CreateObject` that made an object; 0 where unknown (after a join), SHARED where it
+    # may or may not be the object another name holds, depending on the path.
+    identity: int = 0
 
     def get(self, key: Any) -> Any:
         return self.items[self.keys.index(key)]
@@ -89,6 +91,52 @@ class RuntimeText:
 
 # Context managers a `with` in `forward` may use that change nothing the exporter computes.
 _GRAD_MODES = ("no_grad", "enable_grad", "inference_mode", "set_grad_enabled")
+
+
+SHARED = -1
+
+
+def _objects(entry: Any) -> list[RecordEntry]:
+    """The objects an entry holds (itself, or inside tuples, lists, Optionals and records)."""
+    if isinstance(entry, RecordEntry):
+        own = [entry] if entry.kind == "object" else []
+        return own + [inner for item in entry.items for inner in _objects(item)]
+    if isinstance(entry, (TupleEntry, ListArg)):
+        return [inner for item in entry.items for inner in _objects(item)]
+    if isinstance(entry, (OptionalEntry, KeyEntry)):
+        return _objects(entry.value)
+    return []
+
+
+def mark_shared(sides: list[list], joined: list) -> list:
+    """`joined` (the entries after a branch or loop) with an object marked SHARED where, on one of
+    the `sides` (the entries that flowed into the join, slot by slot), its slot held an object that
+    another slot held too (`b = a` before a loop that may rebind `b`): after the join the two names
+    are one object on some paths only, so a write through one of them cannot be followed."""
+    shared = set()
+    for entries in sides:
+        seen: dict[int, int] = {}
+        for slot, entry in enumerate(entries):
+            for record in _objects(entry):
+                if record.identity == SHARED:
+                    shared.add(slot)
+                elif record.identity and seen.setdefault(record.identity, slot) != slot:
+                    shared.update((slot, seen[record.identity]))
+    return [_mark(entry) if slot in shared else entry for slot, entry in enumerate(joined)]
+
+
+def _mark(entry: Any) -> Any:
+    if isinstance(entry, RecordEntry):
+        items = tuple(_mark(item) for item in entry.items)
+        identity = SHARED if entry.kind == "object" else entry.identity
+        return RecordEntry(entry.kind, entry.name, entry.keys, items, identity)
+    if isinstance(entry, (TupleEntry, ListArg)):
+        return type(entry)(tuple(_mark(item) for item in entry.items))
+    if isinstance(entry, OptionalEntry):
+        return OptionalEntry(entry.present, _mark(entry.value))
+    if isinstance(entry, KeyEntry):
+        return KeyEntry(entry.present, _mark(entry.value))
+    return entry
 
 
 def unset_like(entry: Any) -> Any:
@@ -404,6 +452,15 @@ class StructuredValues:
         subject, item = (self.entry(v) for v in node.inputs())
         if not isinstance(subject, RecordEntry):
             return self.visit_op(node)
+        if subject.identity == SHARED:
+            # TorchScript gives an attribute write no line; the written value's is the same line.
+            source = source_of(node) or source_of(node.inputsAt(1).node())
+            raise SpecializeError(
+                f"`.{node.s('name')} = ...` writes a {subject.name} object that another name may or may not "
+                f"hold, depending on a decision made at run time ({source}): objects are carried "
+                "as values, so such a write cannot follow the object; make a new object instead "
+                f"(`x = {subject.name}(...)`) or copy it before giving it a second name"
+            )
         updated = subject.set(node.s("name"), item)
         self.bind(node.inputsAt(0), updated)
         # Other names of the same object see the write (a record is a value: find them). A name is
