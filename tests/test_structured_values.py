@@ -214,6 +214,47 @@ def test_beam_search_with_optional_state_and_best_hypothesis(tmp_path):
     assert outcomes == {"no step", ("unfinished", "cap"), ("finished", "early")}, outcomes
 
 
+class ExitingEncoder(nn.Module):
+    """An early-exit encoder that returns from inside its loop over steps with the attention of
+    the last step that computed one (None if none did yet); a run to the end asserts it has one,
+    as code that unpacks an Optional does."""
+
+    def __init__(self, dim=4):
+        super(ExitingEncoder, self).__init__()
+        self.layer = nn.Linear(dim, dim)
+
+    def forward(self, x, steps: int):
+        attention: Optional[torch.Tensor] = None
+        for _ in range(steps):
+            x = x + torch.tanh(self.layer(x))
+            if bool(x.sum() > 2.0):
+                return x, attention
+            if bool(x.abs().max() > 1.0):
+                attention = F.softmax(x, -1)
+        assert attention is not None, "no step computed an attention"
+        return x, attention
+
+
+def test_an_optional_returned_from_inside_a_loop_and_asserted_after_it(tmp_path):
+    torch.manual_seed(4)
+    _, scripted, compiled, python = _export(tmp_path, ExitingEncoder(), (torch.randn(1, 4), 3), "exiting")
+    outcomes = set()
+    generator = torch.Generator().manual_seed(0)
+    for sample in range(60):
+        x, steps = torch.randn(1, 4, generator=generator) * 2, sample % 4
+        try:
+            out, attention = _check(scripted, (compiled, python), (x, steps))
+        except torch.jit.Error:
+            for host in (compiled, python):
+                with pytest.raises(dycl_iree.ModelRaised, match="no step computed an attention"):
+                    host(x.numpy(), steps)
+            outcomes.add("raised")
+            continue
+        # Only the `return` inside the loop gives a sum over 2 (the end of a step checks it).
+        outcomes.add(("returned" if bool(out.sum() > 2.0) else "ran to the end", attention is None))
+    assert outcomes == {"raised", ("returned", True), ("returned", False), ("ran to the end", False)}, outcomes
+
+
 # ---------------------------------------------------------------------------------------------
 # Dicts with keys known at export: heads that return a dict, from an early exit too
 # ---------------------------------------------------------------------------------------------

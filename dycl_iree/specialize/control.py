@@ -71,6 +71,9 @@ class ControlFlow:
             if a is not None and b is not None and same_constant(a, b):
                 joined.append(a)
                 continue
+            if (is_none(a) and (b is None or _unset(b))) or (is_none(b) and (a is None or _unset(a))):
+                joined.append(Constant(None))  # None where it is read, never read on the other side
+                continue
             type_a = None if a is None else type_of(a, source)
             type_b = None if b is None else type_of(b, source)
             type_ = join_types(type_a, type_b, source)
@@ -231,7 +234,7 @@ class ControlFlow:
                 initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
                 set_leaves = flatten_entries([b for _, b in pairs])[0]
                 types = [
-                    type_of(set_leaf, source) if _unset(leaf) else _carried_type(leaf, source)
+                    _carried_type(set_leaf if _unset(leaf) else leaf, source)
                     for leaf, set_leaf in zip(initial_leaves, set_leaves)
                 ]
                 continue
@@ -289,6 +292,10 @@ def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
         if isinstance(entry, Constant) and entry.value is UNINITIALIZED:
             if isinstance(other, (TupleEntry, OptionalEntry, RecordEntry)):
                 return unset_like(other)
+        elif isinstance(entry, TupleEntry) and isinstance(other, TupleEntry) and len(entry.items) == len(other.items):
+            return TupleEntry(tuple(like(e, o) for e, o in zip(entry.items, other.items)))
+        elif isinstance(entry, OptionalEntry) and isinstance(other, OptionalEntry):
+            return OptionalEntry(entry.present, like(entry.value, other.value))
         return entry
 
     return like(a, b), like(b, a)
@@ -301,8 +308,8 @@ def _carried_type(leaf: Any, source: str) -> Any:
 
 
 def _join_carried(a: Any, b: Any, source: str) -> Any:
-    if a is _NONE:
-        return _NONE if is_none(b) else b
+    if a is _NONE or (a is None and is_none(b)):  # None, or unset until the body sets it to None
+        return _NONE if is_none(b) or _unset(b) else type_of(b, source)
     return join_types(a, None if is_none(b) else type_of(b, source), source)
 
 

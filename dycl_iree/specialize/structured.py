@@ -18,13 +18,21 @@ tree says how to rebuild the model's outputs from the flat results.
   `GetAttr`). A dict write or `SetAttr` rebinds the TorchScript value to a new record, as an
   `append` does for lists. As outputs a dict is `{"dict": [[key, subtree], ...]}` and a NamedTuple
   `{"namedtuple": [name, [[field, subtree], ...]]}`.
+* `KeyEntry(present, value)`: a dict's item under a key the dict holds on some paths only (a head
+  that returns its dict early, with fewer keys); `k in d` reads `present`, `d[k]` checks it (PyTorch
+  raises KeyError), and as an output the key is `[key, subtree, flag leaf]`.
 * `RuntimeText`: a string made from run-time values (`str(tokens)`), which the Program has no
   type for; a dict keyed by one is refused where it is used, naming both lines.
 
 `with torch.no_grad():` (and the other grad modes) folds away: the exporter never records gradients.
 
+How a kind crosses a branch or a loop: `reconcile` makes two paths' entries agree (None against a
+value becomes two Optionals, a key one path lacks a KeyEntry), `conform` gives a loop body's
+results the structure the loop carries, `unset_like` the stand-in for a side that leaves a value
+unset, and `flatten_entries` / `unflatten_entries` turn entries into the Program values that cross.
+
 Example:
-    >>> flatten_entries([OptionalEntry(Constant(True), Constant(1.0))])[1]          # doctest: +SKIP
+    >>> flatten_entries([OptionalEntry(Constant(True), Constant(1.0))])[1]
     (('optional', ('leaf',), None),)
 """
 

@@ -1,7 +1,8 @@
 """What specialize knows about each TorchScript value: its *entry*, and the entries' types.
 
 An entry is a `Constant` (known at export time), a typed `Value` (known only at run time), a
-`ListArg` (a fixed-length list) or a `TupleEntry`. This module holds what the visitor asks of
+`ListArg` (a fixed-length list), a `TupleEntry`, a `TensorList`, or one of the structured kinds of
+`structured` (Optionals, dicts, NamedTuples, objects). This module holds what the visitor asks of
 entries (their types, the join of two paths' types, flattening for outputs) and the types of the
 graph inputs from the example inputs and the dims declared dynamic.
 
