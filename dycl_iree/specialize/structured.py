@@ -170,6 +170,8 @@ def conform(entry: Any, like: Any) -> Any:
     """`entry` in the structure of `like` where only Optionals differ: a value where `like` is an
     Optional becomes a set Optional, and None an unset one (a loop body's results take the
     structure the loop carries)."""
+    if isinstance(entry, Constant) and entry.value is UNINITIALIZED:
+        return unset_like(like)  # never read (a `return` slot the iteration did not set)
     if isinstance(like, OptionalEntry):
         if isinstance(entry, OptionalEntry):
             return OptionalEntry(entry.present, conform(entry.value, like.value))
