@@ -336,6 +336,23 @@ def test_dict_keys_set_in_a_loop_and_read_over_constant_keys(tmp_path):
     assert seen == {("scores",), ("scores", "boxes")}, seen
 
 
+class CountedHeads(nn.Module):
+    """Counts the heads that ran: `len(result)` after a key set in a data-dependent branch."""
+
+    def forward(self, x):
+        result: Dict[str, torch.Tensor] = {"out": x}
+        if bool(x.sum() > 0):
+            result["aux"] = x * 2
+        return x * len(result)
+
+
+def test_the_length_of_a_dict_whose_keys_depend_on_the_path_is_refused():
+    line = inspect.getsourcelines(CountedHeads.forward)[1] + 4
+    message = rf"len\(\) on a dict that holds 'aux' on some paths only \(.*test_structured_values.py:{line}\)"
+    with pytest.raises(dycl_iree.DyclError, match=message):
+        dycl_iree.export(CountedHeads(), (torch.randn(3),))
+
+
 class BeamOfStrings(nn.Module):
     """torchaudio's RNN-T beam search keys its hypotheses by their tokens as a string."""
 

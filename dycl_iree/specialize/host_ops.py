@@ -127,6 +127,8 @@ class HostScalars:
     def visit_len(self, node: torch._C.Node) -> None:
         subject = self.entry(node.input())
         if isinstance(subject, (ListArg, RecordEntry)):
+            if isinstance(subject, RecordEntry):
+                self.key_set_known(subject, "len()", source_of(node))
             self.bind(node.output(), Constant(len(subject.items)))
         elif isinstance(subject, TensorList):
             self.bind(node.output(), self.list_length(subject, source_of(node)))
