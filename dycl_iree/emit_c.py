@@ -11,7 +11,13 @@ whose parameters are the model's inputs and outputs in C types:
 * int, float and bool inputs are `int64_t`, `float` and `bool` (IREE demotes Python floats to
   f32); scalar outputs are pointers to them. `main` itself takes and returns them as 0-d tensors
   (the manifest's `main_abi` 2); the C runtime converts, and the generated code refuses to compile
-  against a `dycl_runtime.h` of another main_abi.
+  against a `dycl_runtime.h` of another main_abi;
+* structured outputs are flat, in the order of the model's output (the header shows the structure
+  over the C names): a dict or NamedTuple is one output per key or field, named
+  `output<i>_<key>`; an Optional decided at run time is a `bool* output<i>_has_value` flag
+  followed by its value's outputs, which hold a stand-in (zeros) where the flag is false; a dict
+  key the model sets on some paths only has such a flag too (`output<i>_has_value` before it);
+  None is no output at all.
 
 The runtime checks every input against the signature (rank, static sizes, dynamic sizes,
 capacity) before any device work. `<name>_run_values` is the same call with generic values, for
@@ -36,6 +42,7 @@ from typing import Any, Sequence
 
 from host_runtime.bundle_format import MAIN_ABI, check_file, check_main_abi, read_manifest, select_cpu_target
 from host_runtime.errors import BundleError, DyclError
+from host_runtime.output_tree import describe_tree, leaf_labels
 
 _C_TYPES = {
     "float32": "float",
@@ -123,6 +130,8 @@ class CBundle:
     vmfb: Path
     inputs: list[CValue]
     outputs: list[CValue]
+    structure: str = ""  # what the model returns, over the outputs' C names
+    flagged: bool = False  # some output is an Optional's or a dict key's has_value flag
 
 
 def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None = None,
@@ -147,12 +156,27 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     name = c_identifier(name or stem)
     taken: set[str] = set()
     inputs = _values(manifest["inputs"], [spec["name"] for spec in manifest["inputs"]], taken, "input")
-    leaves = manifest["outputs"]["leaves"]
-    outputs = _values(leaves, [f"output{i}" for i in range(len(leaves))], taken, "output")
-    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs)
+    leaves, tree = manifest["outputs"]["leaves"], manifest["outputs"]["tree"]
+    outputs = _values(leaves, leaf_labels(tree, len(leaves)), taken, "output")
+    structure = describe_tree(tree, [value.name for value in outputs])
+    flagged = any(value.label.endswith("_has_value") for value in outputs)
+    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs, structure, flagged)
 
 
 # -- the header ---------------------------------------------------------------------------------------
+
+
+def _structure_lines(bundle: CBundle) -> list[str]:
+    """The model's output structure over the C outputs, and how an Optional or dict appears in C."""
+    if not bundle.structure:
+        return []
+    lines = ["// The model returns (Python notation, over the outputs above):", f"//   {bundle.structure}"]
+    if bundle.flagged:
+        lines += [
+            "// An Optional (or a dict key the model sets on some paths only) is a has_value flag beside",
+            "// its value's outputs; where the flag is false the value's buffers hold zeros, not data.",
+        ]
+    return lines
 
 
 def _parameters(bundle: CBundle) -> list[str]:
@@ -194,6 +218,7 @@ def header(bundle: CBundle) -> str:
         *[f"//   {value.name}: {value.describe()}" for value in bundle.inputs],
         "// Outputs:",
         *[f"//   {value.name}: {value.describe()}" for value in bundle.outputs],
+        *_structure_lines(bundle),
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
