@@ -18,7 +18,8 @@ mutation rebinds the TorchScript value to a new Program value, and values mutate
 or loop become extra outputs or loop-carried values.
 
 The walk is split by what it handles: `control` (branches and loops), `tensor_lists` (lists of
-tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views).
+tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views),
+`selections` (sizes made by data: `nonzero`, boolean masks).
 
 Example:
     >>> program = specialize(capture(model), (torch.randn(1, 8),))     # doctest: +SKIP
@@ -70,6 +71,7 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
+from .selections import Selections
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
     UNINITIALIZED,
@@ -96,9 +98,10 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, TensorLists, HostScalars):
+class _Specializer(ControlFlow, TensorLists, HostScalars, Selections):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
-    nodes so far. Control flow, lists of run-time length and host scalars are its mixins."""
+    nodes so far. Control flow, lists of run-time length, host scalars and sizes made by data
+    (`selections`) are its mixins."""
 
     def __init__(self, captured: CapturedModel) -> None:
         self.captured = captured
@@ -447,7 +450,9 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
             self._bind_results(outputs_ts, returns, result, fold=True)
         else:
             name = value_name(outputs_ts[0]) if returns == "single" else "t"
-            outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            outputs = self.emit_selection(target, args, kwargs, source, name)
+            if outputs is None:
+                outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
             self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
             # The result is the mutated tensor's new value, and that of every tensor it views.
