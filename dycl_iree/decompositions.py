@@ -560,15 +560,14 @@ def nonzero_static_by_scatter(input: torch.Tensor, *, size: Any, fill_value: int
     selected = aten.ne.Scalar(flat, 0)
     row = aten.sub.Tensor(aten.cumsum.default(selected, 0, dtype=torch.int64), 1)
     row = aten.where.ScalarOther(selected, row, size)
-    positions = aten.arange.default(flat.shape[0], dtype=torch.int64)
+    # Each element's coordinates, as aranges broadcast over the mask's shape (no division by a
+    # run-time size: torch decomposes it into a `div.Tensor_mode` by an int, which torch-mlir rejects).
     coordinates = []
-    stride: Any = 1
-    for dim in reversed(range(rank)):
-        coordinate = positions if stride == 1 else aten.floor_divide.Scalar(positions, stride)
-        if dim > 0:
-            coordinate = aten.remainder.Scalar(coordinate, input.shape[dim])
-        coordinates.insert(0, coordinate)
-        stride = stride * input.shape[dim]
+    for dim in range(rank):
+        shape = [1] * rank
+        shape[dim] = -1
+        along = aten.view.default(aten.arange.default(input.shape[dim], dtype=torch.int64), shape)
+        coordinates.append(aten.reshape.default(aten.expand.default(along, list(input.shape)), [-1]))
     spare = aten.full.default([size + 1, rank], fill_value, dtype=torch.int64)
     written = aten.index_put.default(spare, [row], aten.stack.default(coordinates, 1))
     return aten.slice.Tensor(written, 0, 0, size)

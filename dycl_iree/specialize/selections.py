@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ScalarType, Value
 from .schemas import overload_of
@@ -58,8 +59,9 @@ class Selections:
         if target == "aten::masked_select.default":
             return [self.masked_select(args[0], args[1], source, name)]
         if target == "aten::index.Tensor" and isinstance(args[1], ListArg) and any(map(_is_mask, args[1].items)):
-            indices = self.mask_indices(args[0], args[1], source)
-            return [self.apply("aten::index.Tensor", [args[0], indices], [], source, name)]
+            tensor, indices = self.flatten_under_mask(args[0], args[1], source)
+            indices = self.mask_indices(tensor, indices, source, check=tensor is args[0])
+            return [self.apply("aten::index.Tensor", [tensor, indices], [], source, name)]
         if target == "aten::index_put.default" and isinstance(args[1], ListArg) and self.needs_count(*args[:3]):
             indices = self.mask_indices(args[0], args[1], source)
             return [self.apply("aten::index_put.default", [args[0], indices, *args[2:]], kwargs, source, name)]
@@ -81,6 +83,13 @@ class Selections:
         if isinstance(mask, Constant):
             return Constant(torch.nonzero(mask.value))
         type_ = mask.type
+        if type_.rank == 0:
+            raise UnsupportedOpError(
+                "aten::nonzero",
+                source,
+                detail="a 0-d mask selects all or nothing, a size no op here makes: branch with `if bool(mask):`, "
+                "or index with a 1-d mask, `x.unsqueeze(0)[mask.reshape(1)]` for `x[mask]`",
+            )
         flags = mask if type_.dtype == "bool" else self.apply("aten::ne.Scalar", [mask, Constant(0)], [], source)
         dtype = [("dtype", Constant(torch.int64))]
         total = self.apply("aten::sum.default", [flags], dtype, source, "selected")
@@ -99,11 +108,11 @@ class Selections:
         rank = tensor_type_of(mask).rank
         return [self.apply("aten::select.int", [indices, Constant(1), Constant(d)], [], source) for d in range(rank)]
 
-    def mask_indices(self, tensor: Any, indices: ListArg, source: str) -> ListArg:
+    def mask_indices(self, tensor: Any, indices: ListArg, source: str, check: bool = True) -> ListArg:
         """`indices` with each mask replaced by the index tensors of its nonzero elements, one per dim
         it covers, as PyTorch runs a boolean index. A mask must have the sizes of the dims it covers
         (PyTorch's IndexError otherwise): checked on the host where a size is only known then."""
-        shape = self.shape_of(tensor, source)
+        shape = self.shape_of(tensor, source) if check else []
         expanded: list = []
         position = 0
         for item in indices.items:
@@ -138,6 +147,29 @@ class Selections:
         if isinstance(tensor, Constant):
             return [Constant(int(size)) for size in tensor.value.shape]
         return [self.size_of(tensor, dim, source) for dim in range(tensor.type.rank)]
+
+    def flatten_under_mask(self, tensor: Any, indices: ListArg, source: str) -> tuple[Any, ListArg]:
+        """`x[mask]` with a k-d mask (k > 1, after full slices only) as `x.flatten(p, p + k - 1)[mask.reshape(-1)]`:
+        one index tensor instead of k. torch-mlir cannot lower `index.Tensor` with several index
+        tensors on a tensor with a dynamic dim ("failed to legalize 'torch.aten.index.Tensor_hacked_twin'").
+        The mask's sizes are checked against the dims it covers before they are merged."""
+        items = list(indices.items)
+        masks = [position for position, item in enumerate(items) if _is_mask(item)]
+        if len(masks) != 1 or any(not is_none(item) for item in items if not _is_mask(item)):
+            return tensor, indices
+        (position,) = masks
+        mask = items[position]
+        rank = tensor_type_of(mask).rank
+        if rank < 2:
+            return tensor, indices
+        shape, mask_shape = self.shape_of(tensor, source), self.shape_of(mask, source)
+        for offset in range(rank):
+            if position + offset < len(shape):
+                self.check_mask_size(mask_shape, shape, position, offset, source)
+        dims = [Constant(position), Constant(position + rank - 1)]
+        flat = self.apply("aten::flatten.using_ints", [tensor, *dims], [], source)
+        flat_mask = self.apply("aten::reshape.default", [mask, Constant([-1])], [], source)
+        return flat, ListArg((*items[:position], flat_mask))
 
     def masked_select(self, tensor: Any, mask: Any, source: str, name: str) -> Any:
         """`torch.masked_select(x, mask)`: the flat broadcast `x` at the flat broadcast mask's elements."""

@@ -74,6 +74,7 @@ from .schemas import (
 from .selections import Selections
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
+    INT64_MAX,
     UNINITIALIZED,
     TensorList,
     TupleEntry,
@@ -442,6 +443,12 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, Selections):
         outputs_ts = list(node.outputs())
         if not any("Tensor" in str(r.type) for r in schema.returns):
             return self.visit_tensor_query(node, overload, args, kwargs, target, source)
+        if mutated_input is None and _whole_slice(target, args):
+            # `x[idx, :]`: a slice of a whole dim is the tensor itself (IREE 3.13 failed to compile
+            # the Switch router's `out[idx, :] = expert(x[idx, :])` written back through it).
+            self.bind(node.output(), entries[0])
+            self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
+            return
         returns_list = len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[")
         returns = "list" if returns_list else ("tuple" if len(schema.returns) > 1 else "single")
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
@@ -721,6 +728,18 @@ def _caller_line(captured: CapturedModel, function: str) -> str:
             if callee.kind() == "prim::Constant" and function in str(callee):
                 return source_of(node)
     return ""
+
+
+def _whole_slice(target: str, args: list) -> bool:
+    """`aten::slice.Tensor(x, dim, None or 0, None or past the end, 1)` of a run-time tensor."""
+    if target != "aten::slice.Tensor" or len(args) != 5 or not isinstance(args[0], Value):
+        return False
+    if not all(isinstance(arg, Constant) for arg in args[1:]):
+        return False
+    dim, start, end, step = (arg.value for arg in args[1:])
+    size = args[0].type.shape[dim] if isinstance(dim, int) and -args[0].type.rank <= dim < args[0].type.rank else -1
+    past_end = end is None or end >= INT64_MAX or (size is not None and size >= 0 and end >= size)
+    return step == 1 and start in (None, 0) and past_end
 
 
 def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
