@@ -147,7 +147,8 @@ def test_a_switch_router_gathers_each_experts_tokens_with_nonzero(tmp_path):
 class NonMaximumSuppression(nn.Module):
     """ssd.pytorch's `box_utils.nms`, as TorchScript takes it (`torch.zeros` for `scores.new()`, no
     `out=` buffers): sort the scores, keep the best box, compute its IoU with the rest and keep
-    those below the threshold, `idx = idx[IoU.le(overlap)]`, until none is left."""
+    those below the threshold, `idx = idx[IoU.le(overlap)]`, until none is left. `top_k=0` keeps every
+    box a candidate."""
 
     def __init__(self, overlap=0.5, top_k=200):
         super(NonMaximumSuppression, self).__init__()
@@ -164,7 +165,8 @@ class NonMaximumSuppression(nn.Module):
         y2 = boxes[:, 3]
         area = torch.mul(x2 - x1, y2 - y1)
         v, idx = scores.sort(0)  # sort in ascending order
-        idx = idx[-self.top_k :]  # indices of the top-k largest vals
+        if self.top_k > 0:
+            idx = idx[-self.top_k :]  # indices of the top-k largest vals
         count = 0
         while idx.numel() > 0:
             i = idx[-1]  # index of current largest val
@@ -203,17 +205,19 @@ def _boxes(count, generator, spread):
     return torch.cat([corners, corners + 1.0], 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compiled host: the loop ends after two candidates with `idx[-top_k:]` and `keep[count] = i` together "
-    "(the Python host is right; without either of the two the compiled host is right too)",
-)
-def test_non_maximum_suppression_shrinks_its_candidates_by_a_mask_in_a_loop(tmp_path):
+# IREE 3.13 miscompiles the compiled host of SSD's loop when the candidates are first cut to the
+# top k (`idx = idx[-top_k:]`): it stops after one or two boxes (README's traps). Without the cut
+# (`top_k=0`, every box a candidate) both hosts are right.
+_TOP_K_TRAP = pytest.mark.xfail(strict=True, reason="IREE 3.13: the compiled host stops early after idx[-top_k:]")
+
+
+@pytest.mark.parametrize("top_k", [0, pytest.param(200, marks=_TOP_K_TRAP)])
+def test_non_maximum_suppression_shrinks_its_candidates_by_a_mask_in_a_loop(tmp_path, top_k):
     dims = {0: "boxes"}
     generator = torch.Generator().manual_seed(0)
     example = (_boxes(4, generator, 1.0), torch.rand(4, generator=generator))
     _, scripted, compiled, python = _export(
-        tmp_path, NonMaximumSuppression(), example, "nms", dynamic_shapes={"boxes": dims, "scores": dims}
+        tmp_path, NonMaximumSuppression(top_k=top_k), example, "nms", dynamic_shapes={"boxes": dims, "scores": dims}
     )
     outcomes = set()
     # No box; one box (the loop ends at its `break`); boxes far apart (all kept, the mask keeps
