@@ -205,13 +205,7 @@ def _boxes(count, generator, spread):
     return torch.cat([corners, corners + 1.0], 1)
 
 
-# IREE 3.13 miscompiles the compiled host of SSD's loop when the candidates are first cut to the
-# top k (`idx = idx[-top_k:]`): it stops after one or two boxes (README's traps). Without the cut
-# (`top_k=0`, every box a candidate) both hosts are right.
-_TOP_K_TRAP = pytest.mark.xfail(strict=True, reason="IREE 3.13: the compiled host stops early after idx[-top_k:]")
-
-
-@pytest.mark.parametrize("top_k", [0, pytest.param(200, marks=_TOP_K_TRAP)])
+@pytest.mark.parametrize("top_k", [0, 200])  # every box a candidate, or the 200 best (SSD's default)
 def test_non_maximum_suppression_shrinks_its_candidates_by_a_mask_in_a_loop(tmp_path, top_k):
     dims = {0: "boxes"}
     generator = torch.Generator().manual_seed(0)
