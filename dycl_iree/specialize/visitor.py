@@ -18,7 +18,8 @@ mutation rebinds the TorchScript value to a new Program value, and values mutate
 or loop become extra outputs or loop-carried values.
 
 The walk is split by what it handles: `control` (branches and loops), `tensor_lists` (lists of
-tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views).
+tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views),
+`selections` (sizes made by data: `nonzero`, boolean masks).
 
 Example:
     >>> program = specialize(capture(model), (torch.randn(1, 8),))     # doctest: +SKIP
@@ -72,6 +73,7 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
+from .selections import Selections
 from .structured import (
     STRUCTURED_HANDLERS,
     OptionalEntry,
@@ -83,6 +85,7 @@ from .structured import (
 )
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
+    INT64_MAX,
     UNINITIALIZED,
     TensorList,
     TupleEntry,
@@ -105,10 +108,11 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, PackedSequences):
+class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, PackedSequences, Selections):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
-    run-time length, host scalars and PackedSequences are its mixins."""
+    run-time length, host scalars, PackedSequences and sizes made by data (`selections`) are its
+    mixins."""
 
     def __init__(self, captured: CapturedModel) -> None:
         self.captured = captured
@@ -485,6 +489,12 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, Pack
         outputs_ts = list(node.outputs())
         if not any("Tensor" in str(r.type) for r in schema.returns):
             return self.visit_tensor_query(node, overload, args, kwargs, target, source)
+        if mutated_input is None and _whole_slice(target, args):
+            # `x[idx, :]`: a slice of a whole dim is the tensor itself (IREE 3.13 failed to compile
+            # the Switch router's `out[idx, :] = expert(x[idx, :])` written back through it).
+            self.bind(node.output(), entries[0])
+            self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
+            return
         returns_list = len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[")
         returns = "list" if returns_list else ("tuple" if len(schema.returns) > 1 else "single")
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
@@ -493,7 +503,9 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, Pack
             self._bind_results(outputs_ts, returns, result, fold=True)
         else:
             name = value_name(outputs_ts[0]) if returns == "single" else "t"
-            outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            outputs = self.emit_selection(target, args, kwargs, source, name)
+            if outputs is None:
+                outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
             self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
             # The result is the mutated tensor's new value, and that of every tensor it views.
@@ -735,6 +747,18 @@ _HANDLERS = {
     **STRUCTURED_HANDLERS,
     **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
+
+
+def _whole_slice(target: str, args: list) -> bool:
+    """`aten::slice.Tensor(x, dim, None or 0, None or past the end, 1)` of a run-time tensor."""
+    if target != "aten::slice.Tensor" or len(args) != 5 or not isinstance(args[0], Value):
+        return False
+    if not all(isinstance(arg, Constant) for arg in args[1:]):
+        return False
+    dim, start, end, step = (arg.value for arg in args[1:])
+    size = args[0].type.shape[dim] if isinstance(dim, int) and -args[0].type.rank <= dim < args[0].type.rank else -1
+    past_end = end is None or end >= INT64_MAX or (size is not None and size >= 0 and end >= size)
+    return step == 1 and start in (None, 0) and past_end
 
 
 def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
