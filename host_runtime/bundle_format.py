@@ -182,12 +182,21 @@ def _check_tree(tree: Any, leaf_count: int, where: str) -> None:
             raise _Problem(f"{where} names leaf {tree}, but there are {leaf_count}")
         return
     if isinstance(tree, dict):
-        # {"list": [...]} is a list of subtrees, {"unstack": leaf} a stacked list of tensors.
+        # {"list": [...]} is a list of subtrees, {"unstack": leaf} a stacked list of tensors,
+        # {"ragged": [values, sizes], "dim": d} a list of tensors concatenated along d.
         if set(tree) == {"unstack"}:
             _check_tree(_expect(tree["unstack"], int, f"{where}.unstack"), leaf_count, f"{where}.unstack")
             return
+        if set(tree) == {"ragged", "dim"}:
+            pair = _expect(tree["ragged"], list, f"{where}.ragged")
+            if len(pair) != 2:
+                raise _Problem(f"{where}.ragged has {len(pair)} leaves; expected 2 (values, sizes)")
+            for index, leaf in enumerate(pair):
+                _check_tree(_expect(leaf, int, f"{where}.ragged[{index}]"), leaf_count, f"{where}.ragged[{index}]")
+            _expect(tree["dim"], int, f"{where}.dim")
+            return
         if set(tree) != {"list"}:
-            raise _Problem(f"{where} is a dict with keys {sorted(tree)}; expected 'list' or 'unstack'")
+            raise _Problem(f"{where} is a dict with keys {sorted(tree)}; expected 'list', 'unstack' or 'ragged'")
         tree = tree["list"]
         where = f"{where}.list"
     for index, item in enumerate(_expect(tree, list, where)):

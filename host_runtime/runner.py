@@ -452,6 +452,9 @@ def _flatten(tree: Any, outputs: Any) -> list:
     if isinstance(tree, dict):
         if "unstack" in tree:
             return [np.stack(outputs) if len(outputs) else np.zeros((0,))]
+        if "ragged" in tree:
+            sizes = np.array([np.shape(o)[tree["dim"]] for o in outputs], dtype=np.int64)
+            return [np.concatenate(outputs, axis=tree["dim"]) if len(outputs) else np.zeros((0,)), sizes]
         return [leaf for t, o in zip(tree["list"], outputs) for leaf in _flatten(t, o)]
     return [leaf for t, o in zip(tree, outputs) for leaf in _flatten(t, o)]
 
@@ -518,14 +521,24 @@ def _shape_text(shape: list) -> str:
 def build_outputs(tree: Any, leaves: list) -> Any:
     """Rebuild the model's output structure from the manifest's tree.
 
-    An int picks a leaf, a JSON list is a tuple, `{"list": [...]}` a list, and `{"unstack": i}` a
-    list of tensors whose length varies at run time: leaf i holds them stacked along dim 0.
+    An int picks a leaf, a JSON list is a tuple, `{"list": [...]}` a list, `{"unstack": i}` a
+    list of tensors whose length varies at run time: leaf i holds them stacked along dim 0, and
+    `{"ragged": [i, j], "dim": d}` one whose tensors also differ in size along dim d: leaf i holds
+    them concatenated along d, leaf j their sizes along it.
     """
     if isinstance(tree, int):
         return leaves[tree]
     if isinstance(tree, dict):
         if "unstack" in tree:
             return list(leaves[tree["unstack"]])
+        if "ragged" in tree:
+            values, sizes = (leaves[i] for i in tree["ragged"])
+            pieces, start = [], 0
+            for size in [int(s) for s in sizes]:
+                where = (slice(None),) * tree["dim"] + (slice(start, start + size),)
+                pieces.append(values[where])
+                start += size
+            return pieces
         return [build_outputs(t, leaves) for t in tree["list"]]
     return tuple(build_outputs(t, leaves) for t in tree)
 

@@ -15,6 +15,7 @@ from ..errors import UnsupportedOpError
 from ..program import Arg, Constant, HostOp, ListArg, ScalarType, TensorType, Value
 from .schemas import call_overload, source_of, torch_dtype
 from .values import (
+    RaggedList,
     TensorList,
     fold_scalar,
     hint_of,
@@ -129,6 +130,8 @@ class HostScalars:
             self.bind(node.output(), Constant(len(subject.items)))
         elif isinstance(subject, TensorList):
             self.bind(node.output(), self.list_length(subject, source_of(node)))
+        elif isinstance(subject, RaggedList):
+            self.bind(node.output(), self.ragged_length(subject, source_of(node)))
         elif isinstance(subject, Value) and isinstance(subject.type, TensorType):
             if subject.type.shape[0] is not None:
                 self.bind(node.output(), Constant(subject.type.shape[0]))

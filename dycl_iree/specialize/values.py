@@ -48,6 +48,25 @@ class TensorList:
     value: Value
 
 
+@dataclass(frozen=True)
+class RaggedList:
+    """A `List[Tensor]` of run-time length whose tensors differ in size along one dim, `dim`: kept
+    as the tensors concatenated along that dim (`value`, that dim dynamic) and the size of each
+    along it (`sizes`, a 1-D int64 tensor with one item per tensor).
+
+    Lists that segment a sequence (`chunks.append(x[start:i])`), collect per-row outputs of
+    different lengths, or keep a memory of pieces of different sizes are read by
+    `torch.cat(xs, dim)`: in this form that is `value` itself, an append is a `cat` of the value
+    and one of the sizes, `len` a shape read of `sizes`, and `xs[i]` a `narrow` at the sum of the
+    sizes before it. The tensors must agree in dtype, rank and every other dim, as `torch.cat`
+    requires; both hosts hand the list back as a Python list. See `ragged_lists`.
+    """
+
+    value: Value
+    sizes: Value
+    dim: int
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value
@@ -108,8 +127,8 @@ def scalar_list_kind(ts_type: Any) -> str | None:
 
 
 def holds_only_tensors(entry: Any) -> bool:
-    """A TensorList, or a ListArg whose items are all tensors (an empty one included)."""
-    if isinstance(entry, TensorList):
+    """A TensorList or RaggedList, or a ListArg whose items are all tensors (an empty one included)."""
+    if isinstance(entry, (TensorList, RaggedList)):
         return True
     return isinstance(entry, ListArg) and all(tensor_type_of(item) is not None for item in entry.items)
 
@@ -300,6 +319,9 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, TensorList):
             leaves.append(entry.value)
             return ("tensor_list", ())
+        if isinstance(entry, RaggedList):
+            leaves.extend((entry.value, entry.sizes))
+            return ("ragged_list", entry.dim)
         leaves.append(entry)
         return "leaf"
 
@@ -316,6 +338,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         kind, items = node
         if kind == "tensor_list":
             return TensorList(next(iterator))
+        if kind == "ragged_list":
+            return RaggedList(next(iterator), next(iterator), items)
         built = tuple(build(i) for i in items)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
 

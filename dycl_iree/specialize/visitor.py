@@ -53,6 +53,7 @@ from .aliasing import collect_mutated_lists
 from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
+from .ragged_lists import RaggedLists, concatenation_dims
 from .schemas import (
     DTYPE_CODES,
     SCALAR_TYPE_CODES,
@@ -73,6 +74,7 @@ from .schemas import (
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
     UNINITIALIZED,
+    RaggedList,
     TensorList,
     TupleEntry,
     flatten_entries,
@@ -96,7 +98,7 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, TensorLists, HostScalars):
+class _Specializer(ControlFlow, TensorLists, RaggedLists, HostScalars):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, lists of run-time length and host scalars are its mixins."""
 
@@ -117,6 +119,7 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
         self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
+        self.concatenation_dims = concatenation_dims(captured.graph, self.mutated_lists)
 
     # -- values -----------------------------------------------------------------------------
     def new_value(self, type_: Type, name: str = "") -> Value:
@@ -406,8 +409,9 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
             return self.visit_sync(node, entries, source)
         if kind == "aten::append":
             return self.visit_append(node, entries, source)
-        if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], TensorList)) or (
-            kind in STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, TensorList)) for e in entries)
+        run_time_list = (TensorList, RaggedList)
+        if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], run_time_list)) or (
+            kind in STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, *run_time_list)) for e in entries)
         ):
             return self.visit_structural_list_op(node, entries, source)
         has_tensor = overload is not None and schema_touches_tensors(overload._schema)
@@ -641,12 +645,15 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
 
     def tree(node: Any) -> Any:
         # The manifest's output tree: a leaf's index, a JSON list for a tuple, {"list": [...]} for a
-        # list, and {"unstack": index} for a TensorList (split along dim 0 into a list).
+        # list, {"unstack": index} for a TensorList (split along dim 0 into a list), and
+        # {"ragged": [values, sizes], "dim": d} for a RaggedList (values split along d by the sizes).
         if node == "leaf":
             return next(counter)
         kind, items = node
         if kind == "tensor_list":
             return {"unstack": next(counter)}
+        if kind == "ragged_list":
+            return {"ragged": [next(counter), next(counter)], "dim": items}
         subtrees = [tree(i) for i in items]
         return {"list": subtrees} if kind == "list" else subtrees
 
