@@ -23,7 +23,7 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ScalarType, TensorType, Value
+from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
 from .schemas import overload_of, torch_dtype
 from .values import INT64_MAX, RaggedList, TensorList, tensor_type_of
 
@@ -145,10 +145,9 @@ class RaggedLists:
             if isinstance(size, Constant):
                 parts.append(self.materialize(Constant(torch.tensor([size.value], dtype=torch.int64)), source))
                 continue
-            scalar_tensor = overload_of("aten::scalar_tensor.default")
+            full = overload_of("aten::full.default")
             kwargs = [("dtype", Constant(torch.int64))]
-            (scalar,) = self.emit_tensor_op(scalar_tensor, [size], kwargs, source, name="size")
-            (row,) = self.emit_tensor_op(overload_of("aten::unsqueeze.default"), [scalar, Constant(0)], [], source)
+            (row,) = self.emit_tensor_op(full, [Constant([1]), size], kwargs, source, name="size")
             parts.append(row)
         if len(parts) == 1:
             return parts[0]
@@ -189,10 +188,14 @@ class RaggedLists:
         # Hints a meta run can narrow with: the start at 0, the length within the example's size.
         start = self.read_int(offset, 0, source)
         count = self.read_int(length, min(2, items.value.type.hint[items.dim]), source)
-        narrow = overload_of("aten::narrow.default")
-        (piece,) = self.emit_tensor_op(
-            narrow, [items.value, Constant(items.dim), start, count], [], source, name="item"
-        )
+        # Typed here: a meta run with the offsets perturbed can run past the example's size, and
+        # would leave every dim dynamic; only the list's dim changes.
+        type_ = items.value.type
+        shape = tuple(None if d == items.dim else size for d, size in enumerate(type_.shape))
+        hint = tuple(count.type.hint if d == items.dim else size for d, size in enumerate(type_.hint))
+        piece = self.new_value(TensorType(type_.dtype, shape, hint), "item")
+        args = (items.value, Constant(items.dim), start, count)
+        self.nodes.append(TensorOp("aten::narrow.default", args, (), (piece,), source))
         return piece
 
     def ragged_item(self, items: RaggedList, index: Any, source: str) -> Value:
