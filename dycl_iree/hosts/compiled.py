@@ -45,6 +45,7 @@ from ..program import (
     dispatch,
 )
 from ..sources import relative_sources
+from ..specialize.values import UNINITIALIZED
 from .control_flow import ControlFlowEmitter
 from .scalars import emit_scalar_op
 from .types import INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
@@ -258,6 +259,13 @@ class _Emitter(ControlFlowEmitter, Emitter):
         if isinstance(value, float):
             self.emit(f"{name} = torch.constant.float {_float_literal(value)}")
             return name, "!torch.float"
+        if value is UNINITIALIZED:
+            # TorchScript's value of a `return` inside a loop, until the loop returns: the compiled
+            # host's loop carries a stand-in there, which exists for tensors and scalars only.
+            raise CompiledHostUnsupported(
+                "a list returned from inside a loop (unset until the loop returns: the compiled host "
+                "stands in for tensors and scalars only)"
+            )
         raise CompiledHostUnsupported(f"a constant {type(value).__name__} on a host path")
 
     def cast(self, name: str, have: str, want: str) -> str:
