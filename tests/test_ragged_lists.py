@@ -200,3 +200,33 @@ def test_an_emformer_style_memory_of_the_last_segments(tmp_path, half):
     # The memory was read (and not) and trimmed (and not): both sides of both decisions ran.
     assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
     assert len(python.decisions) == 2
+
+
+class StepsThenPrompt(nn.Module):
+    """Rows produced one per step (one shape: stacked), then a two-row prompt appended (another
+    shape: the list is concatenated from there on)."""
+
+    def forward(self, x, steps: int):
+        rows: List[torch.Tensor] = []
+        for i in range(steps):
+            rows.append(x[i].unsqueeze(0) * 2.0)
+        rows.append(x[:2])
+        return torch.cat(rows, 0), rows[1], len(rows)
+
+
+def test_a_list_of_one_shape_that_then_grows_by_another(tmp_path):
+    torch.manual_seed(6)
+    dynamic = {"x": {0: Dim("rows")}, "steps": None}
+    scripted, compiled, python = _export(tmp_path, StepsThenPrompt(), (torch.randn(5, 4), 3), "steps", dynamic)
+    for rows, steps in ((5, 3), (8, 6), (3, 1), (4, 0)):
+        inputs = (torch.randn(rows, 4), steps)
+        if steps == 0:  # rows[1] does not exist: PyTorch raises, and so do both hosts
+            with pytest.raises(RuntimeError, match="list index out of range"):
+                scripted(*inputs)
+            for host in (compiled, python):
+                with pytest.raises(dycl_iree.ModelRaised, match="index out of range"):
+                    host(inputs[0].numpy(), steps)
+            continue
+        _check(scripted, (compiled, python), inputs)
+    (loop,) = python.trip_counts
+    assert python.trip_counts[loop][:3] == [3, 6, 1]

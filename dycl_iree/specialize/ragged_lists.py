@@ -171,6 +171,15 @@ class RaggedLists:
         element = self.ragged_element([items, ListArg((item,))], items.dim, source)  # refuses what cat would
         return self.join_ragged(items, self.ragged_list(ListArg((item,)), items.dim, element, source), source)
 
+    def check_list_index(self, length: Any, index: Any, source: str) -> None:
+        """Raise as PyTorch does for `xs[i]` past either end of a list of run-time length (a
+        `select` past the end of the tensor that holds it would read outside its buffer)."""
+        if isinstance(length, Constant) and isinstance(index, Constant) and -length.value <= index.value < length.value:
+            return
+        low = self.emit_host("aten::mul.int", (length, Constant(-1)), "int", source)
+        message = Constant(f"RuntimeError: list index out of range ({source})")
+        self.nodes.append(HostOp(CHECK_INDEX, (index, low, length, message), (), source))
+
     def ragged_length(self, items: RaggedList, source: str) -> Any:
         return self.size_of(items.sizes, 0, source)
 
@@ -200,6 +209,7 @@ class RaggedLists:
 
     def ragged_item(self, items: RaggedList, index: Any, source: str) -> Value:
         """`xs[i]`: the values from the sum of the sizes before i, as many as the i-th size."""
+        self.check_list_index(self.ragged_length(items, source), index, source)
         slice_, select = overload_of("aten::slice.Tensor"), overload_of("aten::select.int")
         (before,) = self.emit_tensor_op(
             slice_, [items.sizes, Constant(0), Constant(None), index, Constant(1)], [], source

@@ -242,6 +242,7 @@ class TensorLists:
             self.bind(node.output(), self.ragged_item(self.ragged_list(subject, dim, element, source), index, source))
         elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
             stacked = self.tensor_list(subject, None, source)
+            self.check_list_index(self.list_length(stacked, source), index, source)
             if isinstance(index, Constant) and index.value < 0:
                 length = self.list_length(stacked, source)
                 index = self.emit_host("aten::add.int", (length, index), "int", source)
