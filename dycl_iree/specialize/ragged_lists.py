@@ -61,6 +61,8 @@ class RaggedLists:
         differing = [d for d in range(first.rank) if len({t.shape[d] for t in types}) > 1]
         if not differing and (not dynamic or not starts_empty):
             return None
+        if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
+            return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
         candidates = differing or dynamic
         if len(candidates) > 1:
             # Several dims vary: the one the model concatenates these lists along, if it says.
@@ -260,17 +262,25 @@ class RaggedLists:
         return items.value
 
 
-def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> set[int]:
+def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> tuple[set[int], bool]:
     """The constant dims `torch.cat` joins lists built at run time along (not literals such as
-    `torch.cat([x, h], 1)`): where a list's tensors vary in several dims, the dim the model
-    concatenates along is the list's dim."""
+    `torch.cat([x, h], 1)`), and whether `torch.stack` stacks any such list: where a list's
+    tensors vary in several dims, the dim the model concatenates along is the list's dim; a list
+    whose tensors only have a dynamic dim is concatenated along it only if the model concatenates
+    along that dim and stacks no list (Tacotron2 stacks its `alignments`, as wide as the encoder's
+    steps: those are stacked, see `tensor_lists.empty_stacked`)."""
     dims: set[int] = set()
-    for node in graph.findAllNodes("aten::cat"):
-        inputs = list(node.inputs())
-        literal = inputs[0].node().kind() == "prim::ListConstruct" and inputs[0].unique() not in mutated_lists
-        if literal or len(inputs) < 2:
-            continue
-        dim = inputs[1].toIValue() if inputs[1].node().kind() == "prim::Constant" else None
-        if isinstance(dim, int) and dim >= 0:
-            dims.add(dim)
-    return dims
+    stacks = False
+    for kind in ("aten::cat", "aten::stack"):
+        for node in graph.findAllNodes(kind):
+            inputs = list(node.inputs())
+            literal = inputs[0].node().kind() == "prim::ListConstruct" and inputs[0].unique() not in mutated_lists
+            if literal or len(inputs) < 2:
+                continue
+            if kind == "aten::stack":
+                stacks = True
+                continue
+            dim = inputs[1].toIValue() if inputs[1].node().kind() == "prim::Constant" else None
+            if isinstance(dim, int) and dim >= 0:
+                dims.add(dim)
+    return dims, stacks
