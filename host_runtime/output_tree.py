@@ -6,6 +6,8 @@ tree says what the model returned:
 * an int: leaf i;
 * a JSON list: a tuple of subtrees; `{"list": [...]}`: a list of subtrees;
 * `{"unstack": i}`: a list of tensors of run-time length, leaf i holding them stacked on dim 0;
+* `{"ragged": [i, j, d]}`: a list of tensors of run-time length that differ in size along dim d,
+  leaf i holding them concatenated along d and leaf j their sizes along it;
 * `{"optional": [i, subtree]}`: an Optional decided at run time, leaf i its flag (the value's
   leaves hold a stand-in where the flag is false; the model's output is then None);
 * `{"dict": [[key, subtree], ...]}`: a dict with keys known at export, in insertion order;
@@ -42,6 +44,10 @@ def build_outputs(tree: Any, leaves: list) -> Any:
     if isinstance(tree, dict):
         if "unstack" in tree:
             return list(leaves[tree["unstack"]])
+        if "ragged" in tree:
+            values, sizes, dim = leaves[tree["ragged"][0]], leaves[tree["ragged"][1]], tree["ragged"][2]
+            bounds = np.cumsum([0, *(int(size) for size in sizes)])
+            return [np.take(values, np.arange(start, end), axis=dim) for start, end in zip(bounds[:-1], bounds[1:])]
         if "optional" in tree:
             flag, subtree = tree["optional"]
             return build_outputs(subtree, leaves) if leaves[flag] else None
@@ -71,6 +77,10 @@ def flatten_outputs(tree: Any, outputs: Any) -> list:
     if isinstance(tree, dict):
         if "unstack" in tree:
             return [np.stack(outputs) if len(outputs) else np.zeros((0,))]
+        if "ragged" in tree:
+            dim = tree["ragged"][2]
+            sizes = np.array([np.shape(output)[dim] for output in outputs], dtype=np.int64)
+            return [np.concatenate(outputs, axis=dim) if len(outputs) else np.zeros((0,)), sizes]
         if "optional" in tree:
             _, subtree = tree["optional"]
             value = flatten_outputs(subtree, outputs) if outputs is not None else [None] * _count(subtree)
@@ -117,6 +127,8 @@ def _children(tree: Any) -> list[tuple[str, Any]]:
     if "optional" in tree:
         flag, subtree = tree["optional"]
         return [("has_value", flag), ("", subtree)]
+    if "ragged" in tree:
+        return [("", tree["ragged"][0]), ("sizes", tree["ragged"][1])]
     return [("", tree["unstack"])]
 
 
@@ -153,6 +165,9 @@ def describe_tree(tree: Any, labels: list[str]) -> str:
         return "[" + ", ".join(describe_tree(t, labels) for t in tree["list"]) + "]"
     if "unstack" in tree:
         return f"list({labels[tree['unstack']]})"
+    if "ragged" in tree:
+        values, sizes, dim = tree["ragged"]
+        return f"split({labels[values]}, {labels[sizes]}, dim={dim})"
     if "optional" in tree:
         flag, subtree = tree["optional"]
         return f"{describe_tree(subtree, labels)} if {labels[flag]} else None"
@@ -185,6 +200,11 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
         if kind == "unstack" and type(body) is not int:
             raise TreeProblem(f"{where}.unstack must be a leaf index")
         check_tree(body, leaf_count, f"{where}.{kind}")
+    elif kind == "ragged":
+        if not (isinstance(body, list) and len(body) == 3 and all(type(item) is int for item in body)):
+            raise TreeProblem(f"{where}.ragged must be [values leaf, sizes leaf, dim]")
+        check_tree(body[0], leaf_count, f"{where}.ragged[0]")
+        check_tree(body[1], leaf_count, f"{where}.ragged[1]")
     elif kind == "optional":
         if not (isinstance(body, list) and len(body) == 2 and type(body[0]) is int):
             raise TreeProblem(f"{where}.optional must be [flag leaf, subtree]")
@@ -205,5 +225,6 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
                 check_tree(entry[2], leaf_count, f"{where}.{kind}[{entry[0]!r}][2]")
     else:
         raise TreeProblem(
-            f"{where} is a dict with key {kind!r}; expected 'list', 'unstack', 'optional', 'dict' or 'namedtuple'"
+            f"{where} is a dict with key {kind!r}; expected 'list', 'unstack', 'ragged', 'optional', 'dict' or "
+            "'namedtuple'"
         )

@@ -69,13 +69,16 @@ class ControlFlowEmitter:
             return self.prim_loop(node)
         trip, _ = self.operand(node.trip_count, "!torch.int")
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        # A for-like loop (no `break`): the tensors it grows pass barriers with their sizes (see
+        # `barrier_all`); in a loop with an exit those barriers broke a list grown after a `return`.
+        grows = isinstance(node.body.results[0], Constant) and node.body.results[0].value is True
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
         initial = self.widened(initial, types)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
-        initial = self.apart(initial, carried[1:])
+        initial = self.apart(initial, carried[1:], sizes_too=grows)
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
         count = len(builtins)
@@ -90,7 +93,7 @@ class ControlFlowEmitter:
         saved = dict(self.names), dict(self.types)
         read = _values_read(node.body)
         unread = [False] + [param not in read for param in node.body.params[1:]]
-        kept = self.barrier_all(arguments, builtins, unread=unread)
+        kept = self.barrier_all(arguments, builtins, unread=unread, grown=grows)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
@@ -172,7 +175,7 @@ class ControlFlowEmitter:
         self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
         return following, next_values, self.loop_condition(following, trip, node.body.results[0])
 
-    def apart(self, names: list[str], types: list[str], alone: bool = False) -> list[str]:
+    def apart(self, names: list[str], types: list[str], alone: bool = False, sizes_too: bool = False) -> list[str]:
         """`names`, each tensor behind an optimization barrier where tensors cross a branch or loop edge.
 
         Two IREE 3.13 bugs. (1) IREE packs tensors made in one execution region into one
@@ -189,9 +192,14 @@ class ControlFlowEmitter:
         tensors = [type_text.startswith("!torch.vtensor") and _builtin_type(type_text) for type_text in types]
         if sum(map(bool, tensors)) < 2:
             tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
-        return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
+        return [
+            self.barrier(name, kind, sizes_too) if builtin else name
+            for name, kind, builtin in zip(names, types, tensors)
+        ]
 
-    def barrier_all(self, names: list[str], builtins: list[str], unread: list[bool] | None = None) -> list[str]:
+    def barrier_all(
+        self, names: list[str], builtins: list[str], unread: list[bool] | None = None, grown: bool = False
+    ) -> list[str]:
         """`names` (builtin-typed), each through its own `util.optimization_barrier`.
 
         An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
@@ -210,12 +218,22 @@ class ControlFlowEmitter:
         """
         kept = []
         for position, (name, builtin) in enumerate(zip(names, builtins)):
-            if unread is not None and builtin.startswith("tensor<") and not unread[position]:
+            if (
+                unread is not None
+                and builtin.startswith("tensor<")
+                and not unread[position]
+                and not (grown and "?" in builtin)
+            ):
                 # At the top of the body, only a tensor the body never reads goes through a
                 # barrier (it would lose its argument). One the body reads keeps its argument,
                 # and a barrier there made IREE hand the loop a zero tensor in place of a value
                 # from an enclosing `if` or loop (three nested loops started from zeros; `h`
-                # rewritten by an `if`, then a loop with a `break`).
+                # rewritten by an `if`, then a loop with a `break`). In a for-like loop (`grown`)
+                # a tensor with a dynamic dim does go through one, its sizes too: without it IREE
+                # sized the copy of a tensor the body grows (`acc = torch.cat([acc, x[i:i + k]])`)
+                # by a size from before the loop (OUT_OF_RANGE at run time, "buffer byte_length=0");
+                # in a loop with an exit the same barrier broke a list grown after a `return`
+                # (`test_a_list_grown_after_a_return_from_nested_loops`).
                 kept.append(name)
             else:
                 kept.append(self.builtin_barrier(name, builtin, sizes_too=True))
@@ -278,10 +296,10 @@ class ControlFlowEmitter:
         self.emit(f"{as_bool} = torch.aten.Bool.int {name} : !torch.int -> !torch.bool")
         return as_bool
 
-    def barrier(self, name: str, type_text: str) -> str:
+    def barrier(self, name: str, type_text: str, sizes_too: bool = False) -> str:
         """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
         builtin = _scalar_or_builtin(type_text)
-        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin), type_text)
+        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin, sizes_too), type_text)
 
     def to_builtin(self, name: str, type_text: str) -> str:
         op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")

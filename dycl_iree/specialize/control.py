@@ -27,7 +27,18 @@ from .structured import (
     unflatten_entries,
     unset_like,
 )
-from .values import INT64_MAX, UNINITIALIZED, TupleEntry, is_none, join_types, same_constant, type_of
+from .values import (
+    INT64_MAX,
+    UNINITIALIZED,
+    TupleEntry,
+    is_none,
+    join_types,
+    same_constant,
+    structure_difference,
+    tuples_of_constants,
+    type_of,
+    value_name,
+)
 
 
 class ControlFlow:
@@ -52,13 +63,22 @@ class ControlFlow:
         self.env = saved_env
         source = source_of(node)
         if not then_raised and not else_raised:
+            then_results = self.constant_tuples_apart(then_results, then_nodes, source)
+            else_results = self.constant_tuples_apart(else_results, else_nodes, source)
             pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
             pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in pairs]
             then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
-        if not then_raised and not else_raised and structure != else_structure:
-            raise SpecializeError(f"the two sides of a branch return differently shaped tuples ({source})")
+        if not then_raised and not else_raised:
+            names = [f"result {k}" for k in range(len(list(node.outputs())))]
+            names += [f"`{value_name(m) or m.debugName()}`" for m in mutated]
+            difference = structure_difference(then_results, else_results, names)
+            if difference or structure != else_structure:
+                raise SpecializeError(
+                    f"the two sides of a branch give values of different structure ({source}): "
+                    f"{difference or 'their tuples and lists differ'}"
+                )
         if then_raised:
             structure = else_structure
         outputs: list[Value] = []
@@ -107,6 +127,20 @@ class ControlFlow:
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
         mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+    def constant_tuples_apart(self, results: list, nodes: list, source: str) -> list:
+        """`results` with every tuple TorchScript folded into one constant (`(zeros, ones)` on one
+        side of a branch) as a tuple of its items, each tensor copied in `nodes`: the other side's
+        tuple of run-time values then lines up with it, item by item."""
+        if not any(_holds_constant_tuple(entry) for entry in results):
+            return results
+        leaves, structure = flatten_entries([tuples_of_constants(entry) for entry in results])
+        saved, self.nodes = self.nodes, nodes
+        try:
+            leaves = [self.materialize(leaf, source) for leaf in leaves]
+        finally:
+            self.nodes = saved
+        return unflatten_entries(structure, leaves)
 
     def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
         """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
@@ -290,6 +324,12 @@ class ControlFlow:
 # Loops whose every decision is known at export time are unrolled up to this many iterations (each
 # iteration's ops are emitted again; a longer loop stays a loop).
 UNROLL_LIMIT = 64
+
+
+def _holds_constant_tuple(entry: Any) -> bool:
+    if isinstance(entry, Constant):
+        return isinstance(entry.value, tuple)
+    return isinstance(entry, TupleEntry) and any(_holds_constant_tuple(item) for item in entry.items)
 
 
 def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:

@@ -16,6 +16,7 @@ from ..program import Arg, Constant, HostOp, ListArg, ScalarType, TensorType, Va
 from .schemas import call_overload, source_of, torch_dtype
 from .structured import RecordEntry, RuntimeText
 from .values import (
+    RaggedList,
     TensorList,
     fold_scalar,
     hint_of,
@@ -132,6 +133,8 @@ class HostScalars:
             self.bind(node.output(), Constant(len(subject.items)))
         elif isinstance(subject, TensorList):
             self.bind(node.output(), self.list_length(subject, source_of(node)))
+        elif isinstance(subject, RaggedList):
+            self.bind(node.output(), self.ragged_length(subject, source_of(node)))
         elif isinstance(subject, Value) and isinstance(subject.type, TensorType):
             if subject.type.shape[0] is not None:
                 self.bind(node.output(), Constant(subject.type.shape[0]))

@@ -49,7 +49,7 @@ from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
 from .schemas import source_of
-from .values import UNINITIALIZED, TensorList, TupleEntry, is_none
+from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, is_none
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,8 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
     """The leaves of `entries` (Values and Constants, in order) and their structure, which
     `unflatten_entries` rebuilds from other leaves: a structure node is "leaf" or
     (kind, items, meta). An Optional's flag is a leaf before its value's leaves; a TensorList is
-    one leaf; a record's meta is (kind, name, keys)."""
+    one leaf, a RaggedList two (values, sizes; its meta is the dim); a record's meta is (kind,
+    name, keys)."""
     leaves: list = []
 
     def walk(entry: Any) -> Any:
@@ -215,6 +216,9 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, TensorList):
             leaves.append(entry.value)
             return ("tensor_list", (), None)
+        if isinstance(entry, RaggedList):
+            leaves.extend((entry.value, entry.sizes))
+            return ("ragged_list", (), entry.dim)
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
@@ -239,6 +243,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         kind, items, meta = node
         if kind == "tensor_list":
             return TensorList(next(iterator))
+        if kind == "ragged_list":
+            return RaggedList(next(iterator), next(iterator), meta)
         if kind in ("optional", "key"):
             present = next(iterator)
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
@@ -255,7 +261,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
     leaves it keeps: an Optional whose flag is known at export is its value or None, not a flag.
 
     A leaf is its index; a tuple a JSON list; `{"list": [...]}` a list; `{"unstack": i}` a list of
-    run-time length (leaf i holds it stacked on dim 0); `{"optional": [flag, subtree]}`;
+    run-time length (leaf i holds it stacked on dim 0); `{"ragged": [values, sizes, d]}` one whose
+    tensors differ along dim d (concatenated along it); `{"optional": [flag, subtree]}`;
     `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
     `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
     """
@@ -273,6 +280,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
         kind, items, _ = node
         if kind in ("tensor_list", "optional", "key"):
             next(iterator)
+        if kind == "ragged_list":
+            next(iterator), next(iterator)
         for item in items:
             skip(item)
 
@@ -283,6 +292,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
         kind, items, meta = node
         if kind == "tensor_list":
             return {"unstack": keep(next(iterator))}
+        if kind == "ragged_list":  # values split along `dim` by the sizes
+            return {"ragged": [keep(next(iterator)), keep(next(iterator)), meta]}
         if kind == "optional":
             flag = next(iterator)
             if isinstance(flag, Constant):

@@ -18,6 +18,7 @@ from .schemas import overload_of, source_of, torch_dtype
 from .structured import RecordEntry
 from .values import (
     INT64_MAX,
+    RaggedList,
     TensorList,
     TupleEntry,
     element_type,
@@ -37,7 +38,7 @@ class TensorLists:
         if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
             pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
             return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
-        if not (isinstance(a, (ListArg, TensorList)) and isinstance(b, (ListArg, TensorList))):
+        if not (isinstance(a, _LISTS) and isinstance(b, _LISTS)):
             return a, b
         if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
             pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
@@ -51,19 +52,24 @@ class TensorLists:
         known = [t for entry_types in types for t in entry_types]
         if not known:
             raise SpecializeError(f"a list of tensors that stays empty on every path changes structure ({source})")
-        element = element_type(known, source)
+        dim = self.list_layout([a, b], source)
+        element = element_type(known, source) if dim is None else self.ragged_element([a, b], dim, source)
         saved = self.nodes
         try:
             self.nodes = nodes_a
-            a = self.tensor_list(a, element, source)
+            a = self.tensor_list(a, element, source) if dim is None else self.ragged_list(a, dim, element, source)
             self.nodes = nodes_b
-            b = self.tensor_list(b, element, source)
+            b = self.tensor_list(b, element, source) if dim is None else self.ragged_list(b, dim, element, source)
         finally:
             self.nodes = saved
         return a, b
 
     @staticmethod
     def list_element_type(entry: Any) -> list[TensorType]:
+        if isinstance(entry, RaggedList):
+            type_ = entry.value.type
+            shape = tuple(None if d == entry.dim else s for d, s in enumerate(type_.shape))
+            return [TensorType(type_.dtype, shape, type_.hint)]
         if isinstance(entry, TensorList):
             type_ = entry.value.type
             return [TensorType(type_.dtype, type_.shape[1:], type_.hint[1:])]
@@ -87,11 +93,16 @@ class TensorLists:
         (stacked,) = self.emit_tensor_op(stack, [ListArg(tuple(items)), Constant(0)], [], source, name="stacked")
         return TensorList(stacked)
 
-    def append_to_tensor_list(self, items: TensorList, item: Any, source: str) -> TensorList:
+    def append_to_tensor_list(self, items: TensorList, item: Any, source: str) -> Any:
         item = self.materialize(item, source)
         type_ = tensor_type_of(item)
         if type_ is None:
             raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
+        dim = self.list_layout([items, ListArg((item,))], source)
+        if dim is not None:
+            # A tensor of another size than the list's: the list is concatenated from now on.
+            element = self.ragged_element([items, ListArg((item,))], dim, source)
+            return self.append_to_ragged(self.ragged_list(items, dim, element, source), item, source)
         element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
         unsqueeze, cat = overload_of("aten::unsqueeze.default"), overload_of("aten::cat.default")
         (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
@@ -151,6 +162,13 @@ class TensorLists:
     def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
         """List arithmetic on lists of tensors (`[x] + [y] * k`, slices) and `stack`/`cat` of a TensorList."""
         kind = node.kind()
+        if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], RaggedList):
+            self.bind(node.output(), self.ragged_concatenation(kind, entries[0], entries, source))
+            return
+        if kind == "aten::slice" and isinstance(entries[0], (TensorList, RaggedList)):
+            bounds = [entries[i] if i < len(entries) else Constant(None) for i in (1, 2, 3)]
+            self.bind(node.output(), self.slice_run_time_list(entries[0], *bounds, source))
+            return
         if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], TensorList):
             stacked = entries[0].value
             length = self.list_length(entries[0], source)
@@ -173,7 +191,14 @@ class TensorLists:
                 (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
             self.bind(node.output(), result)
             return
-        if kind == "aten::add" and any(isinstance(e, TensorList) for e in entries):
+        if kind == "aten::add" and any(isinstance(e, (TensorList, RaggedList)) for e in entries):
+            dim = self.list_layout(entries, source)
+            if dim is not None:
+                # Tensors of different sizes: both concatenated along `dim`, then joined.
+                element = self.ragged_element(entries, dim, source)
+                left, right = (self.ragged_list(e, dim, element, source) for e in entries)
+                self.bind(node.output(), self.join_ragged(left, right, source))
+                return
             # xs + [x] (or [x] + xs) with xs of run-time length: both stacked, then one cat.
             element = self.list_element_type(next(e for e in entries if isinstance(e, TensorList)))[0]
             left, right = (self.tensor_list(e, element, source) for e in entries)
@@ -181,7 +206,7 @@ class TensorLists:
             (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
             self.bind(node.output(), TensorList(joined))
             return
-        if any(isinstance(e, TensorList) for e in entries) or not all(
+        if any(isinstance(e, (TensorList, RaggedList)) for e in entries) or not all(
             isinstance(e, (ListArg, Constant)) for e in entries
         ):
             raise UnsupportedOpError(kind, source, detail="on a list of tensors whose length is known only at run time")
@@ -199,13 +224,28 @@ class TensorLists:
             raise UnsupportedOpError(kind, source, detail="on a list of tensors")
         self.bind(node.output(), ListArg(tuple(result)))
 
+    def slice_run_time_list(self, items: Any, start: Any, end: Any, step: Any, source: str) -> Any:
+        """`xs[a:b:k]` of a list of run-time length (Emformer's `mems[1:]`)."""
+        if isinstance(items, RaggedList):
+            return self.ragged_slice(items, start, end, step, source)
+        step = Constant(1) if isinstance(step, Constant) and step.value is None else step
+        if not (isinstance(step, Constant) and step.value > 0):
+            raise UnsupportedOpError(
+                "aten::slice", source, detail="a negative or run-time step on a list of run-time length"
+            )
+        slice_ = overload_of("aten::slice.Tensor")
+        (kept,) = self.emit_tensor_op(slice_, [items.value, Constant(0), start, end, step], [], source, name="stacked")
+        return TensorList(kept)
+
     def visit_append(self, node: torch._C.Node, entries: list, source: str) -> None:
         items, item = entries
-        if isinstance(items, (ListArg, TensorList)):
+        if isinstance(items, _LISTS):
             # A list of tensors (or of lists): appended in straight-line code it stays one value per
-            # item; a TensorList grows by a `cat`.
+            # item; a TensorList or RaggedList grows by a `cat`.
             if isinstance(items, ListArg):
                 grown: Any = ListArg(items.items + (item,))
+            elif isinstance(items, RaggedList):
+                grown = self.append_to_ragged(items, item, source)
             else:
                 grown = self.append_to_tensor_list(items, item, source)
             self.bind(node.inputsAt(0), grown)
@@ -231,8 +271,20 @@ class TensorLists:
                     f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"
                 )
             self.bind(node.output(), subject.items[index.value])
+        elif isinstance(subject, RaggedList):
+            self.bind(node.output(), self.ragged_item(subject, index, source))
+        elif (
+            isinstance(subject, ListArg)
+            and holds_only_tensors(subject)
+            and self.list_layout([subject], source) is not None
+        ):
+            # A fixed-length list of tensors of different sizes, indexed at run time.
+            dim = self.list_layout([subject], source)
+            element = self.ragged_element([subject], dim, source)
+            self.bind(node.output(), self.ragged_item(self.ragged_list(subject, dim, element, source), index, source))
         elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
             stacked = self.tensor_list(subject, None, source)
+            self.check_list_index(self.list_length(stacked, source), index, source)
             if isinstance(index, Constant) and index.value < 0:
                 length = self.list_length(stacked, source)
                 index = self.emit_host("aten::add.int", (length, index), "int", source)
@@ -249,6 +301,8 @@ _EMPTY_LIST_ERRORS = {
     "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
 }
 
+
+_LISTS = (ListArg, TensorList, RaggedList)
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}

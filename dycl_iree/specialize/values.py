@@ -49,6 +49,25 @@ class TensorList:
     value: Value
 
 
+@dataclass(frozen=True)
+class RaggedList:
+    """A `List[Tensor]` of run-time length whose tensors differ in size along one dim, `dim`: kept
+    as the tensors concatenated along that dim (`value`, that dim dynamic) and the size of each
+    along it (`sizes`, a 1-D int64 tensor with one item per tensor).
+
+    Lists that segment a sequence (`chunks.append(x[start:i])`), collect per-row outputs of
+    different lengths, or keep a memory of pieces of different sizes are read by
+    `torch.cat(xs, dim)`: in this form that is `value` itself, an append is a `cat` of the value
+    and one of the sizes, `len` a shape read of `sizes`, and `xs[i]` a `narrow` at the sum of the
+    sizes before it. The tensors must agree in dtype, rank and every other dim, as `torch.cat`
+    requires; both hosts hand the list back as a Python list. See `ragged_lists`.
+    """
+
+    value: Value
+    sizes: Value
+    dim: int
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value
@@ -109,8 +128,8 @@ def scalar_list_kind(ts_type: Any) -> str | None:
 
 
 def holds_only_tensors(entry: Any) -> bool:
-    """A TensorList, or a ListArg whose items are all tensors (an empty one included)."""
-    if isinstance(entry, TensorList):
+    """A TensorList or RaggedList, or a ListArg whose items are all tensors (an empty one included)."""
+    if isinstance(entry, (TensorList, RaggedList)):
         return True
     return isinstance(entry, ListArg) and all(tensor_type_of(item) is not None for item in entry.items)
 
@@ -288,6 +307,88 @@ def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
     if isinstance(a, ListType) and isinstance(b, ListType):
         return ListType(a.element, a.hint if len(a.hint) >= len(b.hint) else b.hint)
     raise SpecializeError(f"a value changes kind between paths ({source})")
+
+
+def tuples_of_constants(entry: Any) -> Any:
+    """A tuple TorchScript folded into one constant (`(zeros, zeros)` as a state) as a TupleEntry of
+    constants, so that it lines up with the other side's tuple of run-time values."""
+    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
+        return TupleEntry(tuple(tuples_of_constants(Constant(item)) for item in entry.value))
+    if isinstance(entry, TupleEntry):
+        return TupleEntry(tuple(tuples_of_constants(item) for item in entry.items))
+    return entry
+
+
+def describe_entry(entry: Any) -> str:
+    """What a value is, in a user's words (for a refusal that compares two paths)."""
+    if isinstance(entry, TupleEntry):
+        return f"a tuple of {len(entry.items)}"
+    if isinstance(entry, ListArg):
+        return f"a list of {len(entry.items)}"
+    if isinstance(entry, TensorList):
+        return "a list of tensors of run-time length"
+    if isinstance(entry, RaggedList):
+        return f"a list of tensors of run-time length concatenated along dim {entry.dim}"
+    tensor_type = tensor_type_of(entry)
+    if tensor_type is not None:
+        return f"a tensor {tensor_type.dtype}{list(tensor_type.shape)}".replace("None", "?")
+    if isinstance(entry, Value):
+        kind = getattr(entry.type, "kind", None) or f"list of {getattr(entry.type, 'element', '?')}"
+        return f"an {kind}" if kind == "int" else f"a {kind}"
+    if isinstance(entry, Constant):
+        if entry.value is None:
+            return "None"
+        if entry.value is UNINITIALIZED:
+            return "unset"
+        return f"a {type(entry.value).__name__} ({entry.value!r})"
+    return f"a {type(entry).__name__}"
+
+
+def _kind(entry: Any) -> str:
+    """The kind two paths' values must share: "tensor", "number", "bool", "None", or the collection."""
+    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList)):
+        return describe_entry(entry)
+    if tensor_type_of(entry) is not None:
+        return "tensor"
+    if isinstance(entry, Constant) and entry.value is UNINITIALIZED:
+        return "unset"
+    if isinstance(entry, Constant):
+        value = entry.value
+        if value is None:
+            return "None"
+        if isinstance(value, list):
+            return "list of scalars"  # host lists of any length join (`ListType`)
+        return "bool" if isinstance(value, bool) else ("number" if isinstance(value, (int, float)) else repr(value))
+    if isinstance(entry, Value) and isinstance(entry.type, ScalarType):
+        return "bool" if entry.type.kind == "bool" else "number"
+    if isinstance(entry, Value) and isinstance(entry.type, ListType):
+        return "list of scalars"
+    return describe_entry(entry)
+
+
+def structure_difference(a: list, b: list, names: list[str]) -> str:
+    """Where two paths' values first differ in structure or kind, e.g. "result 0 is a tuple of 2 on
+    one side and a tuple of 3 on the other", or "" where they agree."""
+
+    def walk(x: Any, y: Any, path: str) -> str:
+        if isinstance(x, (TupleEntry, ListArg)) and type(x) is type(y) and len(x.items) == len(y.items):
+            noun = "element" if isinstance(x, TupleEntry) else "item"
+            for index, (p, q) in enumerate(zip(x.items, y.items)):
+                found = walk(p, q, f"{path}, {noun} {index}")
+                if found:
+                    return found
+            return ""
+        if _kind(x) == _kind(y) or {"unset", "None"} & {_kind(x), _kind(y)}:
+            # The same kind of value (their types are joined), one never read, or an Optional
+            # (`type_of` says what it needs).
+            return ""
+        return f"{path} is {describe_entry(x)} on one side and {describe_entry(y)} on the other"
+
+    for x, y, name in zip(a, b, names):
+        found = walk(x, y, name)
+        if found:
+            return found
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------

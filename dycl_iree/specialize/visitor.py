@@ -55,6 +55,7 @@ from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .packed import PackedSequences
+from .ragged_lists import RaggedLists, concatenation_dims
 from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
 from .schemas import (
     DTYPE_CODES,
@@ -87,6 +88,7 @@ from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
     INT64_MAX,
     UNINITIALIZED,
+    RaggedList,
     TensorList,
     TupleEntry,
     hint_of,
@@ -108,11 +110,11 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, PackedSequences, Selections):
+class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
-    run-time length, host scalars, PackedSequences and sizes made by data (`selections`) are its
-    mixins."""
+    run-time length (stacked or ragged), host scalars, PackedSequences and sizes made by data
+    (`selections`) are its mixins."""
 
     def __init__(self, captured: CapturedModel) -> None:
         self.captured = captured
@@ -131,6 +133,7 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, Pack
         self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
+        self.concatenation_dims, self.stacks_lists = concatenation_dims(captured.graph, self.mutated_lists)
         self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
         self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
 
@@ -456,8 +459,9 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, Pack
             return self.visit_sync(node, entries, source)
         if kind == "aten::append":
             return self.visit_append(node, entries, source)
-        if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], TensorList)) or (
-            kind in STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, TensorList)) for e in entries)
+        run_time_list = (TensorList, RaggedList)
+        if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], run_time_list)) or (
+            kind in STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, *run_time_list)) for e in entries)
         ):
             return self.visit_structural_list_op(node, entries, source)
         has_tensor = overload is not None and schema_touches_tensors(overload._schema)

@@ -1,0 +1,286 @@
+"""Specialize's lists of tensors that differ in size along one dim (`RaggedList`s).
+
+A list of run-time length whose tensors all have one shape is stacked (`TensorList`). Lists that
+segment a sequence at data-dependent boundaries (`chunks.append(x[start:i])`), collect per-row
+outputs of different lengths, or keep a memory of pieces of different sizes cannot be stacked;
+they are read by `torch.cat(xs, dim)`. Such a list is carried as its tensors concatenated along
+that dim, with the size of each along it in a 1-D int64 tensor: both are ordinary tensors, so the
+list crosses branches, loops and segment boundaries as two values with dynamic dims, on both hosts.
+
+Which form a list takes is decided by its tensors' types where it meets control flow or grows
+(`list_layout`): one shape, stacked; shapes that differ (or are dynamic, for a list that starts
+empty) in one dim, concatenated along it.
+
+Example (what the Program does for `torch.cat(chunks, 0)` after `chunks.append(x[a:b])` in a loop):
+    value = cat([value, x[a:b]], 0); sizes = cat([sizes, tensor([b - a])], 0); result = value
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import SpecializeError, UnsupportedOpError
+from ..guards import CHECK_INDEX
+from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
+from .schemas import overload_of, torch_dtype
+from .values import INT64_MAX, RaggedList, TensorList, tensor_type_of
+
+
+class RaggedLists:
+    """Lists of tensors concatenated along one dim, with their sizes (a mixin of the specializer)."""
+
+    def list_layout(self, entries: list, source: str) -> int | None:
+        """How lists of tensors that meet (two paths' lists, a list and what is appended or added to
+        it) are carried: None when stacked (every tensor has one shape), else the dim they are
+        concatenated along.
+
+        A list that starts empty and grows by tensors with a dynamic dim cannot be stacked (its
+        empty form needs every size), nor can one whose tensors differ in a dim.
+        """
+        ragged = {entry.dim for entry in entries if isinstance(entry, RaggedList)}
+        if len(ragged) > 1:
+            raise SpecializeError(
+                f"a list of tensors is concatenated along dims {sorted(ragged)} on different paths ({source})"
+            )
+        if ragged:
+            return ragged.pop()
+        types = [t for entry in entries for t in self.list_element_type(entry)]
+        if not types:
+            return None
+        first = types[0]
+        for other in types[1:]:
+            if other.dtype != first.dtype or other.rank != first.rank:
+                raise SpecializeError(
+                    f"a list of tensors whose length changes at run time holds {first.dtype}{list(first.shape)} "
+                    f"and {other.dtype}{list(other.shape)} ({source}): its tensors must share dtype and rank"
+                )
+        starts_empty = any(isinstance(entry, ListArg) and not entry.items for entry in entries)
+        dynamic = [d for d in range(first.rank) if any(t.shape[d] is None for t in types)]
+        differing = [d for d in range(first.rank) if len({t.shape[d] for t in types}) > 1]
+        if not differing and (not dynamic or not starts_empty):
+            return None
+        if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
+            return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
+        candidates = differing or dynamic
+        if len(candidates) > 1:
+            # Several dims vary: the one the model concatenates these lists along, if it says.
+            preferred = [d for d in candidates if d in self.concatenation_dims]
+            candidates = preferred if len(preferred) == 1 else candidates
+        if len(candidates) > 1:
+            shapes = sorted({str(list(t.shape)).replace("None", "?") for t in types})
+            raise SpecializeError(
+                f"a list of tensors of run-time length holds tensors of sizes {', '.join(shapes)} ({source}): "
+                f"they vary in dims {candidates}, and a list can vary in one (the dim it is concatenated along)"
+            )
+        return candidates[0]
+
+    def ragged_element(self, entries: list, dim: int, source: str) -> TensorType:
+        """The type every tensor of the list fits: `dim` dynamic, every other dim agreed on."""
+        types = [t for entry in entries for t in self.list_element_type(entry)]
+        first = types[0]
+        shape: list = []
+        for d in range(first.rank):
+            sizes = {t.shape[d] for t in types}
+            if d == dim or None in sizes:
+                shape.append(None)
+            elif len(sizes) > 1:
+                raise SpecializeError(
+                    f"a list of tensors concatenated along dim {dim} holds tensors of sizes {sorted(sizes)} "
+                    f"in dim {d} ({source}): torch.cat needs them equal in every other dim"
+                )
+            else:
+                shape.append(first.shape[d])
+        hint = tuple(max(t.hint[d] for t in types) for d in range(first.rank))
+        return TensorType(first.dtype, tuple(shape), hint)
+
+    def ragged_list(self, entry: Any, dim: int, element: TensorType, source: str) -> RaggedList:
+        """`entry` (a fixed-length list, a TensorList or a RaggedList) as a RaggedList along `dim`
+        (ops appended to `self.nodes`)."""
+        if isinstance(entry, RaggedList):
+            return entry
+        cat = overload_of("aten::cat.default")
+        if isinstance(entry, TensorList):
+            # [n, ...] stacked -> the n tensors side by side along `dim`; each has the same size there.
+            stacked = entry.value
+            moved = stacked
+            if dim != 0:
+                movedim = overload_of("aten::movedim.int")
+                (moved,) = self.emit_tensor_op(movedim, [stacked, Constant(0), Constant(dim)], [], source)
+            flatten = overload_of("aten::flatten.using_ints")
+            (value,) = self.emit_tensor_op(
+                flatten, [moved, Constant(dim), Constant(dim + 1)], [], source, name="ragged"
+            )
+            count = self.list_length(entry, source)
+            size = self.size_of(stacked, dim + 1, source)
+            full = overload_of("aten::full.default")
+            kwargs = [("dtype", Constant(torch.int64))]
+            (sizes,) = self.emit_tensor_op(full, [ListArg((count,)), size], kwargs, source, name="sizes")
+            return RaggedList(value, sizes, dim)
+        items = [self.materialize(item, source) for item in entry.items]
+        if not items:
+            if any(d is None for i, d in enumerate(element.shape) if i != dim):
+                shape = str(list(element.shape)).replace("None", "?")
+                raise SpecializeError(
+                    f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} "
+                    f"({source}): an empty list needs every size but that of dim {dim} fixed at export"
+                )
+            shape = tuple(0 if i == dim else d for i, d in enumerate(element.shape))
+            empty = torch.zeros(shape, dtype=torch_dtype(element.dtype))
+            nothing = torch.zeros((0,), dtype=torch.int64)
+            return RaggedList(
+                self.materialize(Constant(empty), source), self.materialize(Constant(nothing), source), dim
+            )
+        if len(items) == 1:
+            value = items[0]
+        else:
+            (value,) = self.emit_tensor_op(cat, [ListArg(tuple(items)), Constant(dim)], [], source, name="ragged")
+        return RaggedList(value, self.sizes_tensor([self.size_of(item, dim, source) for item in items], source), dim)
+
+    def sizes_tensor(self, sizes: list, source: str) -> Value:
+        """A 1-D int64 tensor of `sizes` (constants or host ints)."""
+        if all(isinstance(size, Constant) for size in sizes):
+            return self.materialize(Constant(torch.tensor([s.value for s in sizes], dtype=torch.int64)), source)
+        parts = []
+        for size in sizes:
+            if isinstance(size, Constant):
+                parts.append(self.materialize(Constant(torch.tensor([size.value], dtype=torch.int64)), source))
+                continue
+            full = overload_of("aten::full.default")
+            kwargs = [("dtype", Constant(torch.int64))]
+            (row,) = self.emit_tensor_op(full, [Constant([1]), size], kwargs, source, name="size")
+            parts.append(row)
+        if len(parts) == 1:
+            return parts[0]
+        (joined,) = self.emit_tensor_op(
+            overload_of("aten::cat.default"), [ListArg(tuple(parts)), Constant(0)], [], source
+        )
+        return joined
+
+    def join_ragged(self, left: RaggedList, right: RaggedList, source: str) -> RaggedList:
+        """`left + right`: values and sizes each concatenated."""
+        cat = overload_of("aten::cat.default")
+        pair = ListArg((left.value, right.value))
+        (value,) = self.emit_tensor_op(cat, [pair, Constant(left.dim)], [], source, name="ragged")
+        (sizes,) = self.emit_tensor_op(cat, [ListArg((left.sizes, right.sizes)), Constant(0)], [], source, name="sizes")
+        return RaggedList(value, sizes, left.dim)
+
+    def append_to_ragged(self, items: RaggedList, item: Any, source: str) -> RaggedList:
+        item = self.materialize(item, source)
+        if tensor_type_of(item) is None:
+            raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
+        element = self.ragged_element([items, ListArg((item,))], items.dim, source)  # refuses what cat would
+        return self.join_ragged(items, self.ragged_list(ListArg((item,)), items.dim, element, source), source)
+
+    def check_list_index(self, length: Any, index: Any, source: str) -> None:
+        """Raise as PyTorch does for `xs[i]` past either end of a list of run-time length (a
+        `select` past the end of the tensor that holds it would read outside its buffer)."""
+        if isinstance(length, Constant) and isinstance(index, Constant) and -length.value <= index.value < length.value:
+            return
+        low = self.emit_host("aten::mul.int", (length, Constant(-1)), "int", source)
+        message = Constant(f"RuntimeError: list index out of range ({source})")
+        self.nodes.append(HostOp(CHECK_INDEX, (index, low, length, message), (), source))
+
+    def ragged_length(self, items: RaggedList, source: str) -> Any:
+        return self.size_of(items.sizes, 0, source)
+
+    def read_int(self, tensor: Value, hint: int, source: str) -> Value:
+        """A 0-d int tensor read back to the host (a device sync)."""
+        value = self.new_value(ScalarType("int", hint), "offset")
+        self.nodes.append(HostOp("aten::Int.Tensor", (tensor,), (value,), source))
+        return value
+
+    def ragged_span(self, items: RaggedList, before: Value, kept: Value, source: str) -> Value:
+        """The tensors whose sizes are `kept`, after those whose sizes are `before`: a `narrow`."""
+        total = overload_of("aten::sum.default")
+        (offset,) = self.emit_tensor_op(total, [before], [], source, name="offset")
+        (length,) = self.emit_tensor_op(total, [kept], [], source, name="length")
+        # Hints a meta run can narrow with: the start at 0, the length within the example's size.
+        start = self.read_int(offset, 0, source)
+        count = self.read_int(length, min(2, items.value.type.hint[items.dim]), source)
+        # Typed here: a meta run with the offsets perturbed can run past the example's size, and
+        # would leave every dim dynamic; only the list's dim changes.
+        type_ = items.value.type
+        shape = tuple(None if d == items.dim else size for d, size in enumerate(type_.shape))
+        hint = tuple(count.type.hint if d == items.dim else size for d, size in enumerate(type_.hint))
+        piece = self.new_value(TensorType(type_.dtype, shape, hint), "item")
+        args = (items.value, Constant(items.dim), start, count)
+        self.nodes.append(TensorOp("aten::narrow.default", args, (), (piece,), source))
+        return piece
+
+    def ragged_item(self, items: RaggedList, index: Any, source: str) -> Value:
+        """`xs[i]`: the values from the sum of the sizes before i, as many as the i-th size."""
+        self.check_list_index(self.ragged_length(items, source), index, source)
+        slice_, select = overload_of("aten::slice.Tensor"), overload_of("aten::select.int")
+        (before,) = self.emit_tensor_op(
+            slice_, [items.sizes, Constant(0), Constant(None), index, Constant(1)], [], source
+        )
+        (own,) = self.emit_tensor_op(select, [items.sizes, Constant(0), index], [], source)
+        return self.ragged_span(items, before, own, source)
+
+    def ragged_slice(self, items: RaggedList, start: Any, end: Any, step: Any, source: str) -> RaggedList:
+        """`xs[a:b]` (step 1): the sizes sliced, the values narrowed to the tensors kept."""
+        if not (isinstance(step, Constant) and step.value in (None, 1)):
+            raise UnsupportedOpError(
+                "aten::slice", source, detail="a step on a list of tensors of different sizes (only xs[a:b])"
+            )
+        start = Constant(0) if isinstance(start, Constant) and start.value is None else start
+        slice_ = overload_of("aten::slice.Tensor")
+        (kept,) = self.emit_tensor_op(
+            slice_, [items.sizes, Constant(0), start, end, Constant(1)], [], source, name="sizes"
+        )
+        (before,) = self.emit_tensor_op(
+            slice_, [items.sizes, Constant(0), Constant(None), start, Constant(1)], [], source
+        )
+        return RaggedList(self.ragged_span(items, before, kept, source), kept, items.dim)
+
+    def ragged_concatenation(self, kind: str, items: RaggedList, entries: list, source: str) -> Value:
+        """`torch.cat(xs, dim)`: the value itself, when `dim` is the one the list is kept along."""
+        rank = items.value.type.rank
+        dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
+        if kind == "aten::stack":
+            raise UnsupportedOpError(
+                kind,
+                source,
+                detail=f"on a list whose tensors differ in size along dim {items.dim}: torch.stack needs one size",
+            )
+        if not isinstance(dim, int) or not -rank <= dim < rank:
+            raise UnsupportedOpError(kind, source, detail=f"dim {dim} on a list of tensors of rank {rank}")
+        if dim % rank != items.dim:
+            raise UnsupportedOpError(
+                kind,
+                source,
+                detail=f"along dim {dim % rank} of a list whose tensors differ in size along dim {items.dim}",
+            )
+        length = self.ragged_length(items, source)
+        if not isinstance(length, Constant):
+            # PyTorch refuses to concatenate an empty list; the concatenated form would be empty.
+            message = "RuntimeError: torch.cat(): expected a non-empty list of Tensors"
+            check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
+            self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+        return items.value
+
+
+def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> tuple[set[int], bool]:
+    """The constant dims `torch.cat` joins lists built at run time along (not literals such as
+    `torch.cat([x, h], 1)`), and whether `torch.stack` stacks any such list: where a list's
+    tensors vary in several dims, the dim the model concatenates along is the list's dim; a list
+    whose tensors only have a dynamic dim is concatenated along it only if the model concatenates
+    along that dim and stacks no list (Tacotron2 stacks its `alignments`, as wide as the encoder's
+    steps: those are stacked, see `tensor_lists.empty_stacked`)."""
+    dims: set[int] = set()
+    stacks = False
+    for kind in ("aten::cat", "aten::stack"):
+        for node in graph.findAllNodes(kind):
+            inputs = list(node.inputs())
+            literal = inputs[0].node().kind() == "prim::ListConstruct" and inputs[0].unique() not in mutated_lists
+            if literal or len(inputs) < 2:
+                continue
+            if kind == "aten::stack":
+                stacks = True
+                continue
+            dim = inputs[1].toIValue() if inputs[1].node().kind() == "prim::Constant" else None
+            if isinstance(dim, int) and dim >= 0:
+                dims.add(dim)
+    return dims, stacks
