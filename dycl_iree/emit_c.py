@@ -138,6 +138,13 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
         reason = manifest.get("compiled_host_unsupported") or "not built"
         raise BundleError(f"{root}: has no compiled host ({reason}); the C runtime runs only the compiled `main`")
     check_main_abi(root, manifest)
+    if manifest.get("random_state"):
+        # Its `main` takes and returns the random state after the model's values (main_abi 3), which the
+        # typed C function does not pass yet.
+        raise BundleError(
+            f"{root}: its model draws random numbers, and the generated C function does not yet pass the "
+            "random state that its `main` takes and returns (main_abi 3); run it from Python"
+        )
     if target is None:
         target = select_cpu_target(root, manifest, cpu or platform.machine())
     elif target not in manifest["targets"]:
