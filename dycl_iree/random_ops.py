@@ -104,6 +104,39 @@ def _normal_like(self: torch.Tensor, state: torch.Tensor, dtype: torch.dtype | N
     return normal_values(list(self.shape), state).to(_float_dtype(dtype, self.dtype)), _next(state)
 
 
+def _uniform_between(self: torch.Tensor, low: float, high: float, state: torch.Tensor) -> tuple:
+    """`x.uniform_(low, high)` (functionalized): uniform in [low, high), shaped and typed like x."""
+    values = low + (high - low) * uniform_values(list(self.shape), state)
+    return values.to(self.dtype), _next(state)
+
+
+def _normal_around(mean: torch.Tensor, std: torch.Tensor, state: torch.Tensor) -> tuple:
+    """`torch.normal(mean, std)` with a tensor mean and a tensor or float std, broadcast together."""
+    shape = list(torch.broadcast_shapes(mean.shape, std.shape))
+    return (mean + std * normal_values(shape, state)).to(mean.dtype), _next(state)
+
+
+def _normal_around_float(mean: torch.Tensor, std: float, state: torch.Tensor) -> tuple:
+    """`torch.normal(mean, std)` with a float std."""
+    return (mean + std * normal_values(list(mean.shape), state)).to(mean.dtype), _next(state)
+
+
+def _random_integers(low: int, high: int, size: list, state: torch.Tensor, dtype: torch.dtype | None) -> tuple:
+    """`torch.randint(low, high, size)`: the word's top 63 bits modulo the range (the bias is below
+    range / 2**63)."""
+    word = _shift_right(random_words(size, state), 1)
+    values = low + torch.remainder(word, high - low)
+    return values.to(dtype if dtype is not None else torch.int64), _next(state)
+
+
+def _randint(high: int, size: list, state: torch.Tensor, dtype: torch.dtype | None = None) -> tuple:
+    return _random_integers(0, high, size, state, dtype)
+
+
+def _randint_low(low: int, high: int, size: list, state: torch.Tensor, dtype: torch.dtype | None = None) -> tuple:
+    return _random_integers(low, high, size, state, dtype)
+
+
 def _bernoulli(self: torch.Tensor, state: torch.Tensor) -> tuple:
     """`torch.bernoulli(p)`: 1 where u < p, with p the tensor itself."""
     drawn = uniform_values(list(self.shape), state).to(self.dtype) < self
@@ -116,33 +149,40 @@ def _bernoulli_p(self: torch.Tensor, p: float, state: torch.Tensor) -> tuple:
     return drawn.to(self.dtype), _next(state)
 
 
-def _kept(mask_size: list, p: float, state: torch.Tensor) -> torch.Tensor:
-    """Dropout's mask: True with probability 1 - p (u >= p)."""
-    return uniform_values(mask_size, state) >= p
+def _dropped(input: torch.Tensor, mask_size: list, p: float, state: torch.Tensor) -> torch.Tensor:
+    """Dropout as PyTorch computes it, `input * mask / (1 - p)` with a mask that keeps an element with
+    probability 1 - p (u >= p); a product, so a dropped NaN or inf stays NaN as in PyTorch. The scale is
+    a tensor: at p = 1 it is infinite (a Python division would raise), but then nothing is kept."""
+    kept = uniform_values(mask_size, state) >= p
+    scale = torch.reciprocal(torch.full((), 1.0 - p, dtype=torch.float32))
+    return input * torch.where(kept, scale, 0.0).to(input.dtype)
 
 
 def _dropout(input: torch.Tensor, p: float, state: torch.Tensor) -> tuple:
-    """`F.dropout(x, p, training=True)`: zero with probability p, the rest scaled by 1 / (1 - p).
-    `where`, not a product with the mask: at p = 1 the scale is infinite and PyTorch returns zeros."""
-    kept = _kept(list(input.shape), p, state)
-    return torch.where(kept, input / (1.0 - p), torch.zeros_like(input)), _next(state)
+    """`F.dropout(x, p, training=True)`: zero with probability p, the rest scaled by 1 / (1 - p)."""
+    return _dropped(input, list(input.shape), p, state), _next(state)
 
 
 def _feature_dropout(input: torch.Tensor, p: float, state: torch.Tensor) -> tuple:
     """`F.dropout2d` / `dropout1d` / `dropout3d` with training=True: whole channels (dims 0 and 1) at once."""
     mask_size = list(input.shape[:2]) + [1] * (input.dim() - 2)
-    kept = _kept(mask_size, p, state)
-    return torch.where(kept, input / (1.0 - p), torch.zeros_like(input)), _next(state)
+    return _dropped(input, mask_size, p, state), _next(state)
 
 
 _LIBRARY = torch.library.Library("dycl", "DEF")
 # (schema, function) of each op. The state is the last tensor argument and the last result of every op.
 _DRAWN = "-> (Tensor, Tensor)"
+_SIZED = "SymInt[] size, Tensor state, ScalarType? dtype=None"
 _OPS = [
     (f"uniform(SymInt[] size, Tensor state, ScalarType? dtype=None) {_DRAWN}", _uniform),
     (f"normal(SymInt[] size, Tensor state, ScalarType? dtype=None) {_DRAWN}", _normal),
     (f"uniform_like(Tensor self, Tensor state, ScalarType? dtype=None) {_DRAWN}", _uniform_like),
     (f"normal_like(Tensor self, Tensor state, ScalarType? dtype=None) {_DRAWN}", _normal_like),
+    (f"uniform_between(Tensor self, float low, float high, Tensor state) {_DRAWN}", _uniform_between),
+    (f"normal_around(Tensor mean, Tensor std, Tensor state) {_DRAWN}", _normal_around),
+    (f"normal_around_float(Tensor mean, float std, Tensor state) {_DRAWN}", _normal_around_float),
+    (f"randint(SymInt high, {_SIZED}) {_DRAWN}", _randint),
+    (f"randint_low(SymInt low, SymInt high, {_SIZED}) {_DRAWN}", _randint_low),
     (f"bernoulli(Tensor self, Tensor state) {_DRAWN}", _bernoulli),
     (f"bernoulli_p(Tensor self, float p, Tensor state) {_DRAWN}", _bernoulli_p),
     (f"dropout(Tensor input, float p, Tensor state) {_DRAWN}", _dropout),

@@ -16,8 +16,9 @@ tensor threaded like any other:
 Partitioning then makes the state a parameter and a result of each segment that draws, and both
 hosts carry it as they carry every tensor; nothing in either host knows it is random.
 
-Random ops not listed in `_REWRITES` (`multinomial`, `randint`, `normal` with tensor arguments, a
-dropout whose `training` flag is a run-time value) keep torch-mlir's global, as before.
+Random ops not listed in `_REWRITES` (`multinomial`, `randperm`, `poisson`, `normal` with a float
+mean, `alpha_dropout`, a dropout whose `training` flag is a run-time value) keep torch-mlir's global,
+as before: they compile outside the compiled host's branches and loops only.
 
 Example:
     >>> program = thread_random_state(specialize(capture(model), example_inputs))   # doctest: +SKIP
@@ -75,6 +76,11 @@ _REWRITES: dict[str, _Rewrite] = {
     "aten::randn.default": (_ALWAYS, "dycl::normal", lambda n: n.args[:1], _dtype_only),
     "aten::rand_like.default": (_ALWAYS, "dycl::uniform_like", lambda n: n.args[:1], _dtype_only),
     "aten::randn_like.default": (_ALWAYS, "dycl::normal_like", lambda n: n.args[:1], _dtype_only),
+    "aten::uniform.default": (_ALWAYS, "dycl::uniform_between", lambda n: n.args[:3], lambda n: ()),
+    "aten::normal.Tensor_Tensor": (_ALWAYS, "dycl::normal_around", lambda n: n.args[:2], lambda n: ()),
+    "aten::normal.Tensor_float": (_ALWAYS, "dycl::normal_around_float", lambda n: n.args[:2], lambda n: ()),
+    "aten::randint.default": (_ALWAYS, "dycl::randint", lambda n: n.args[:2], _dtype_only),
+    "aten::randint.low": (_ALWAYS, "dycl::randint_low", lambda n: n.args[:3], _dtype_only),
     "aten::bernoulli.default": (_ALWAYS, "dycl::bernoulli", lambda n: n.args[:1], lambda n: ()),
     "aten::bernoulli.p": (_ALWAYS, "dycl::bernoulli_p", lambda n: n.args[:2], lambda n: ()),
     "aten::dropout.default": (_trained, "dycl::dropout", lambda n: n.args[:2], lambda n: ()),
