@@ -171,6 +171,9 @@ def _feature_dropout(input: torch.Tensor, p: float, state: torch.Tensor) -> tupl
 
 _LIBRARY = torch.library.Library("dycl", "DEF")
 # (schema, function) of each op. The state is the last tensor argument and the last result of every op.
+# Rates and bounds are `Scalar`, not `float`: a dropout rate that is a float input of the model reaches
+# the segment as `.item()` of a 0-d tensor, an unbacked SymFloat under torch.export, which a `float`
+# argument refuses ("Expected a value of type 'float' ... but instead found type 'SymFloat'").
 _DRAWN = "-> (Tensor, Tensor)"
 _SIZED = "SymInt[] size, Tensor state, ScalarType? dtype=None"
 _OPS = [
@@ -178,15 +181,15 @@ _OPS = [
     (f"normal(SymInt[] size, Tensor state, ScalarType? dtype=None) {_DRAWN}", _normal),
     (f"uniform_like(Tensor self, Tensor state, ScalarType? dtype=None) {_DRAWN}", _uniform_like),
     (f"normal_like(Tensor self, Tensor state, ScalarType? dtype=None) {_DRAWN}", _normal_like),
-    (f"uniform_between(Tensor self, float low, float high, Tensor state) {_DRAWN}", _uniform_between),
+    (f"uniform_between(Tensor self, Scalar low, Scalar high, Tensor state) {_DRAWN}", _uniform_between),
     (f"normal_around(Tensor mean, Tensor std, Tensor state) {_DRAWN}", _normal_around),
-    (f"normal_around_float(Tensor mean, float std, Tensor state) {_DRAWN}", _normal_around_float),
+    (f"normal_around_float(Tensor mean, Scalar std, Tensor state) {_DRAWN}", _normal_around_float),
     (f"randint(SymInt high, {_SIZED}) {_DRAWN}", _randint),
     (f"randint_low(SymInt low, SymInt high, {_SIZED}) {_DRAWN}", _randint_low),
     (f"bernoulli(Tensor self, Tensor state) {_DRAWN}", _bernoulli),
-    (f"bernoulli_p(Tensor self, float p, Tensor state) {_DRAWN}", _bernoulli_p),
-    (f"dropout(Tensor input, float p, Tensor state) {_DRAWN}", _dropout),
-    (f"feature_dropout(Tensor input, float p, Tensor state) {_DRAWN}", _feature_dropout),
+    (f"bernoulli_p(Tensor self, Scalar p, Tensor state) {_DRAWN}", _bernoulli_p),
+    (f"dropout(Tensor input, Scalar p, Tensor state) {_DRAWN}", _dropout),
+    (f"feature_dropout(Tensor input, Scalar p, Tensor state) {_DRAWN}", _feature_dropout),
 ]
 for _schema, _function in _OPS:
     _LIBRARY.define(_schema)

@@ -7,6 +7,9 @@ where a model's paths do not depend on the draw, its outputs against PyTorch.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -230,6 +233,47 @@ def test_no_draw_leaves_the_state_as_it_was(draws) -> None:
     assert runner.random_state == before
 
 
+class _MoreDraws(nn.Module):
+    """The other supported forms, in an `if`: a dropout rate that is a float input, channel dropout,
+    `bernoulli(x, p)`, `normal` around a tensor, `uniform_`, `randint(high, ...)`, `randn(size)`."""
+
+    def forward(self, x: torch.Tensor, p: float):
+        outputs = [x, x, x, x, x, x.long(), x]
+        if float(x.sum()) > 0.0:
+            outputs = [
+                F.dropout(torch.ones_like(x), p, True),
+                F.dropout2d(torch.ones(64, 64, 2, 2), 0.5, True).flatten(2)[..., 0],
+                torch.bernoulli(x, 0.8),
+                torch.normal(torch.full_like(x, 3.0), torch.full_like(x, 2.0)),
+                torch.empty(64, 64).uniform_(-1.0, 3.0),
+                torch.randint(5, (64, 64)),
+                torch.randn(64, 64) * 2.0 + torch.normal(x, 0.5),
+            ]
+        return outputs
+
+
+def test_the_other_forms_draw_their_distributions_on_both_hosts(tmp_path) -> None:
+    bundle = dycl_iree.export(_MoreDraws(), (torch.ones(64, 64), 0.5))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "more.dycl")
+    x = torch.ones(64, 64)
+    got = dycl_iree.load(path, host="compiled", seed=9)(x.numpy(), 0.3)
+    python = dycl_iree.load(path, host="python", seed=9)(x.numpy(), 0.3)
+    want = ReferenceInterpreter(bundle.program).run(x, 0.3, seed=9)
+    for index, (a, b, c) in enumerate(zip(got, python, want)):
+        np.testing.assert_array_equal(a, b)
+        if index in (0, 1, 2, 4, 5):  # uniform bits: the reference's exactly
+            np.testing.assert_allclose(a, c.numpy(), rtol=1e-6, err_msg=str(index))
+    dropped, channels, ones, normal, uniform, integers, noise = got
+    assert abs((dropped == 0).mean() - 0.3) < 0.03 and np.allclose(dropped[dropped != 0], 1 / 0.7)
+    assert abs((channels == 0).mean() - 0.5) < 0.03 and set(np.unique(channels)) == {0.0, 2.0}
+    assert abs(ones.mean() - 0.8) < 0.03
+    assert abs(normal.mean() - 3.0) < 0.1 and abs(normal.std() - 2.0) < 0.1
+    assert uniform.min() >= -1.0 and uniform.max() < 3.0 and abs(uniform.mean() - 1.0) < 0.05
+    assert set(np.unique(integers)) == set(range(5))
+    assert abs(noise.mean() - 1.0) < 0.1 and abs(noise.std() - math.sqrt(4.25)) < 0.1
+
+
 # -- models: paths that do not depend on the draw, against PyTorch ----------------------------------
 
 
@@ -337,3 +381,20 @@ def test_pondernets_bernoulli_halting_gets_the_compiled_host(tmp_path) -> None:
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
     halted = [run(torch.ones(2, 4).numpy(), 50, 0.5)[1] for _ in range(200)]
     assert 1.7 < np.mean(halted) < 2.3  # a geometric number of steps with mean 1 / lambda = 2
+
+
+def test_a_manifest_whose_random_state_and_main_abi_disagree_is_refused(draws, tmp_path) -> None:
+    import json
+    import shutil
+
+    from dycl_iree.emit_c import emit_c
+
+    _, path = draws
+    with pytest.raises(dycl_iree.BundleError, match="draws random numbers.*random state"):
+        emit_c(path, tmp_path / "c")  # the typed C function does not pass the state yet
+    copy = Path(shutil.copytree(path, tmp_path / "copy.dycl"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["main_abi"] = 2
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(dycl_iree.BundleError, match="'random_state' is True but 'main_abi' is 2"):
+        dycl_iree.load(copy)
