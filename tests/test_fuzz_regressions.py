@@ -643,6 +643,7 @@ def test_a_return_from_a_loop_in_an_else_runs_on_the_python_host(tmp_path) -> No
     model = _ReturnFromLoopInElse()
     bundle = dycl_iree.export(model, (torch.ones(2, 8), 2))
     assert bundle.host == "python", "F10 closed: assert the compiled host here and run it"
+    assert "a list returned from inside a loop" in bundle.manifest["compiled_host_unsupported"]
     path = bundle.save(tmp_path / "return_in_else.dycl")
     for host in ("python",):
         run = dycl_iree.load(path, host=host)

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from .source import (
     UserCode,
     called_name,
     class_attribute_line,
+    code_of,
     enclosing_def,
     is_literal,
     nodes_on_line,
@@ -70,6 +72,7 @@ def explain(
 ) -> tuple[list[Problem], Callable[..., Any] | None]:
     """The problems one TorchScript error shows, and the user's function to silence to get past it."""
     headline, message, frames = parse_error(error)
+    frames = [code.real_frame(frame) for frame in frames]
     user_frames = [frame for frame in frames if not frame.in_torch]
     torch_frame = frames[0] if frames and frames[0].in_torch else None
     if torch_frame is not None:
@@ -78,6 +81,8 @@ def explain(
         annotation = _string_annotation_problem(headline, code)
         if annotation is not None:
             return [annotation], None
+        if "could not get source code" in headline or "requires source access" in headline:
+            return [_no_source_problem(code, headline)], None
         problem = Problem("TorchScript rejected the model", "", 0, "", message, GENERIC_ADVICE)
         return [problem], None
     frame = user_frames[0]
@@ -107,6 +112,8 @@ def _string_annotation_problem(headline: str, code: UserCode) -> Problem | None:
     for module_class in code.instances:
         for owner in module_class.__mro__:
             for name, annotation in vars(owner).get("__annotations__", {}).items():
+                if isinstance(annotation, type) and str(annotation) == found.group(1):
+                    return _module_annotation_problem(owner, name, annotation, headline)
                 if annotation != found.group(1):
                     continue
                 file, line = class_attribute_line(owner, name)
@@ -169,6 +176,15 @@ def _classify(
     if "can't take variable number of arguments" in headline:
         fix = "give the function fixed parameters, each with its type (`x: Tensor, n: int`), instead of *args/**kwargs."
         return _problem("*args or **kwargs", frame, headline, fix)
+    if "no attribute or method 'new'" in headline:
+        return _new_problem(frame, headline, nodes)
+    if "else branches of for loops aren't supported" in headline or "else branches of while loops" in headline:
+        return _loop_else_problem(frame, headline)
+    if "Keyword argument as_tuple unknown" in message:
+        return _nonzero_tuple_problem(frame, headline, nodes)
+    conditional = _conditional_attribute_problem(headline, frame, code, owner)
+    if conditional is not None:
+        return conditional
     none_attribute = _none_attribute_problem(headline, frame, nodes)
     if none_attribute is not None:
         return none_attribute
@@ -407,8 +423,8 @@ def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> l
     error hides: every try block, set comprehension, untyped tolist(), computed getattr and variable
     module index.
     TorchScript has not said these yet, so they carry no message of its own."""
-    file = function.__code__.co_filename
-    definition = enclosing_def(file, function.__code__.co_firstlineno)
+    file = code_of(function).co_filename
+    definition = enclosing_def(file, code_of(function).co_firstlineno)
     if definition is None:
         return []
     annotated = {id(node.value) for node in ast.walk(definition) if isinstance(node, ast.AnnAssign)}
@@ -429,6 +445,12 @@ def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> l
             and not isinstance(node.args[1], ast.Constant)
         ):
             problems.append(_getattr_problem(frame, ""))
+        elif isinstance(node, (ast.For, ast.While)) and node.orelse:
+            problems.append(_loop_else_problem(frame, ""))
+        elif _is_tensor_new(node):
+            problems.append(_new_problem(frame, "", [node, *_parents_on_line(definition, node)]))
+        elif _is_nonzero_tuple(node):
+            problems.append(_nonzero_tuple_problem(frame, "", [node]))
         elif isinstance(node, ast.Call) and called_name(node) == "tolist" and id(node) not in annotated:
             assignments = [parent for parent in ast.walk(definition) if getattr(parent, "value", None) is node]
             problems.append(_tolist_problem(frame, "", [node, *assignments]))
@@ -440,3 +462,167 @@ def _scan(function: Callable[..., Any], owner: type | None, code: UserCode) -> l
             elif isinstance(value, torch.nn.ModuleDict) and not isinstance(node.slice, ast.Constant):
                 problems.append(_module_dict_problem(frame, "", [node]))
     return sorted(problems, key=lambda problem: problem.line)
+
+
+def _module_annotation_problem(owner: type, name: str, annotation: type, headline: str) -> Problem:
+    """`layers: nn.ModuleList` in a class body: TorchScript types submodules from their values, and
+    reads a class annotation as an attribute type it does not know (no source line in its message)."""
+    file, line = class_attribute_line(owner, name)
+    fix = (
+        f"remove the class annotation `{name}: {annotation.__name__}`: TorchScript finds the type of a submodule "
+        f"from the module assigned in __init__ (`self.{name} = nn.{annotation.__name__}(...)`), and cannot read "
+        "a module class as an annotation."
+    )
+    return Problem(
+        f"the class annotation `{owner.__name__}.{name}: {annotation.__name__}`",
+        file,
+        line,
+        source_line(file, line),
+        headline,
+        fix,
+    )
+
+
+def _is_tensor_new(node: ast.AST) -> bool:
+    """`x.new(...)` on something other than `self` (the legacy Tensor constructor)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "new"
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "cls"))
+    )
+
+
+def _parents_on_line(definition: ast.AST, node: ast.AST) -> list[ast.AST]:
+    """The nodes of `definition` that hold `node` directly (a call chained on it: `x.new(n).zero_()`)."""
+    return [parent for parent in ast.walk(definition) if any(child is node for child in ast.iter_child_nodes(parent))]
+
+
+def _new_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    """`scores.new(n).zero_()`, `boxes.new()`: the legacy constructor, which TorchScript does not have."""
+    call = next((node for node in nodes if _is_tensor_new(node)), None)
+    if call is None:
+        fix = (
+            "replace `x.new(...)` with `x.new_empty(size)`, `x.new_zeros(size)` or `torch.tensor(data, dtype=x.dtype)`."
+        )
+        return _problem("the legacy constructor `Tensor.new`", frame, headline, fix)
+    receiver = ast.unparse(call.func.value)
+    args = ", ".join(ast.unparse(arg) for arg in call.args)
+    zeroed = any(
+        isinstance(node, ast.Attribute) and node.attr == "zero_" and node.value is call
+        for parent in nodes
+        for node in ast.walk(parent)
+    )
+    if not call.args:
+        rewrite, meaning = f"{receiver}.new_empty(0)", "an empty tensor of its dtype and device"
+    elif len(call.args) == 1 and isinstance(call.args[0], (ast.List, ast.Tuple)):
+        rewrite = f"torch.tensor({args}, dtype={receiver}.dtype, device={receiver}.device)"
+        meaning = "a tensor of that data"
+    elif zeroed:
+        rewrite, meaning = f"{receiver}.new_zeros({args})", "zeros of its dtype and device"
+    else:
+        rewrite, meaning = f"{receiver}.new_empty({args})", "an uninitialized tensor of its dtype and device"
+    fix = (
+        f"TorchScript has no `Tensor.new`; `{ast.unparse(call)}` makes {meaning}: write "
+        f"`{rewrite}`" + (" (and drop the `.zero_()`)" if zeroed and call.args else "") + "."
+    )
+    return _problem("the legacy constructor `Tensor.new`", frame, headline, fix)
+
+
+def _loop_else_problem(frame: Frame, headline: str) -> Problem:
+    fix = (
+        "TorchScript has no `else` on a loop: set a flag before the loop (`found = False`), set it where the "
+        "loop breaks (`found = True` before `break`), and run the else body after the loop under `if not found:`."
+    )
+    return _problem("an `else` on a loop", frame, headline, fix)
+
+
+def _is_nonzero_tuple(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and called_name(node) == "nonzero"
+        and any(
+            k.arg == "as_tuple" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in node.keywords
+        )
+    )
+
+
+def _nonzero_tuple_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
+    call = next((node for node in nodes if _is_nonzero_tuple(node)), None)
+    if call is not None and isinstance(call.func, ast.Attribute) and called_name(call) == "nonzero":
+        subject = ast.unparse(call.args[0]) if call.args else ast.unparse(call.func.value)
+    else:
+        subject = "mask"
+    fix = (
+        f"TorchScript's nonzero has no `as_tuple`: take the index matrix and its columns, "
+        f"`nz = torch.nonzero({subject})` then `rows, cols = nz[:, 0], nz[:, 1]` (one column per dim)."
+    )
+    if headline.startswith("Arguments for call are not valid"):
+        headline = "Arguments for call are not valid: keyword argument as_tuple unknown"
+    return _problem("`nonzero(as_tuple=True)`", frame, headline, fix)
+
+
+def _conditional_attribute_problem(headline: str, frame: Frame, code: UserCode, owner: type | None) -> Problem | None:
+    """An attribute __init__ assigns only under a condition (`if gated: self.linear_v = ...`): on an
+    instance built without it, TorchScript compiles forward's use of it and finds no attribute."""
+    found = re.search(r"Module '(\w+)' has no attribute '(\w+)'", headline)
+    if found is None or "exists on the Python module" in headline:
+        return None
+    class_name, name = found.groups()
+    classes = [known for known in code.instances if known.__name__ == class_name] or ([owner] if owner else [])
+    for module_class in classes:
+        for klass in module_class.__mro__:
+            init = vars(klass).get("__init__")
+            assigned = _assigned_under_condition(init, name) if inspect.isfunction(init) else None
+            if assigned is None:
+                continue
+            condition, where = assigned
+            flag = _flag_read_around(frame) or "flag"
+            fix = (
+                f"`self.{name}` is set only when `{condition}` (at {where}); TorchScript compiles every line of "
+                f"forward, so give it a value on every path of __init__: `else: self.{name} = nn.Identity()` (or "
+                f"the same layer, unused), or declare the flag constant (`{flag}: Final[bool]` in the class body, "
+                "`from typing import Final`) so that TorchScript skips the branch that reads it."
+            )
+            return _problem(f"the attribute `self.{name}` assigned only under a condition", frame, headline, fix)
+    return None
+
+
+def _assigned_under_condition(init: Callable[..., Any], name: str) -> tuple[str, str] | None:
+    """(the condition, file:line) of an assignment `self.name = ...` inside an `if` of `init`, or None."""
+    file = code_of(init).co_filename
+    definition = enclosing_def(file, code_of(init).co_firstlineno + 1)
+    for branch in ast.walk(definition) if definition is not None else ():
+        if not isinstance(branch, ast.If):
+            continue
+        for node in ast.walk(branch):
+            if isinstance(node, ast.Assign) and any(self_attribute(target) == name for target in node.targets):
+                return ast.unparse(branch.test), f"{file}:{node.lineno}"
+    return None
+
+
+def _flag_read_around(frame: Frame) -> str | None:
+    """The module flag of the innermost `if self.flag:` around the frame's line (`gated`), if any."""
+    definition = enclosing_def(frame.file, frame.line)
+    flag = None
+    for node in ast.walk(definition) if definition is not None else ():
+        if isinstance(node, ast.If) and node.lineno <= frame.line <= node.end_lineno:
+            test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
+            flag = self_attribute(test) or flag
+    return flag
+
+
+def _no_source_problem(code: UserCode, headline: str) -> Problem:
+    """A module class whose source `inspect` cannot read: defined in `exec`, `python -c` or a REPL."""
+    unreadable = []
+    for module_class in code.instances:
+        try:
+            inspect.getsource(module_class)
+        except (OSError, TypeError):
+            unreadable.append(module_class.__qualname__)
+    named = ", ".join(f"`{name}`" for name in unreadable) or "the model's classes"
+    fix = (
+        f"TorchScript compiles a module from its source text, and the source of {named} cannot be read "
+        "(a class made by exec(), `python -c` or an interactive session): define it in a .py file and import it."
+    )
+    return Problem("the model's source code cannot be read", "", 0, "", headline, fix)

@@ -121,7 +121,7 @@ class UserCode:
             return None
         first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
         for function, owner in self.functions:
-            code = function.__code__
+            code = code_of(function)
             same_file = os.path.abspath(code.co_filename) == os.path.abspath(file)
             if same_file and first <= code.co_firstlineno <= node.lineno:
                 return function, owner
@@ -144,8 +144,8 @@ class UserCode:
         """The user's methods (`self.name(...)`) and free functions (`name(...)`) that `function` calls,
         outside training-only branches."""
         owner = next((owner for known, owner in self.functions if known is function), None)
-        file = function.__code__.co_filename
-        definition = enclosing_def(file, function.__code__.co_firstlineno)
+        file = code_of(function).co_filename
+        definition = enclosing_def(file, code_of(function).co_firstlineno)
         methods: list[Callable[..., Any]] = []
         functions: list[Callable[..., Any]] = []
         for call in ast.walk(definition) if definition is not None else ():
@@ -167,11 +167,30 @@ class UserCode:
         for function, owner in self.functions:
             if owner is None:
                 continue  # module-level functions: the file may hold anything, tests included
-            file = function.__code__.co_filename
-            node = enclosing_def(file, function.__code__.co_firstlineno)
+            file = code_of(function).co_filename
+            node = enclosing_def(file, code_of(function).co_firstlineno)
             for call in ast.walk(node) if node is not None else ():
                 if isinstance(call, ast.Call) and called_name(call) == name:
                     yield file, call
+
+    def real_frame(self, frame: Frame) -> Frame:
+        """`frame` in the file that holds its line.
+
+        For a function under a decorator (`functools.wraps`), TorchScript compiles the wrapped
+        function's source but names the wrapper's file: `util.py:8` for line 8 of `model.py`.
+        """
+        for function, _ in self.functions:
+            real, named = code_of(function), function.__code__.co_filename
+            if real is function.__code__ or os.path.abspath(named) != os.path.abspath(frame.file):
+                continue
+            definition = enclosing_def(real.co_filename, frame.line)
+            while definition is not None:
+                # The def that holds the line, or one around it, is the wrapped function.
+                first = min([definition.lineno] + [decorator.lineno for decorator in definition.decorator_list])
+                if first == real.co_firstlineno:
+                    return Frame(real.co_filename, frame.line)
+                definition = enclosing_def(real.co_filename, first - 1) if first > 1 else None
+        return frame
 
     def attribute(self, owner: type | None, name: str) -> Any:
         """The value of `self.name` on an instance of `owner` in the model, or None."""
@@ -180,6 +199,11 @@ class UserCode:
                 return instance._modules[name]
             return getattr(instance, name, None)
         return None
+
+
+def code_of(function: Callable[..., Any]) -> Any:
+    """The code of `function` itself, under any decorators that wrap it (`functools.wraps`)."""
+    return inspect.unwrap(function).__code__
 
 
 def class_attribute_line(owner: type, name: str) -> tuple[str, int]:

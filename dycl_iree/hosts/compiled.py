@@ -35,39 +35,20 @@ from ..program import (
     Constant,
     Emitter,
     HostOp,
-    If,
     ListArg,
     ListType,
-    Loop,
     Program,
     ScalarType,
     SegmentCall,
     TensorType,
-    Type,
     Value,
-    arg_values,
     dispatch,
-    iter_nodes,
-    node_inputs,
-    sub_blocks,
 )
 from ..sources import relative_sources
+from ..specialize.values import UNINITIALIZED
+from .control_flow import ControlFlowEmitter
 from .scalars import emit_scalar_op
-
-INT64_MAX = 9223372036854775807
-
-_MLIR_DTYPE = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "si64",
-    "int32": "si32",
-    "int16": "si16",
-    "int8": "si8",
-    "uint8": "ui8",
-    "bool": "i1",
-}
+from .types import INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
 # other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
@@ -108,22 +89,22 @@ _FLOAT_COMPARISONS = {
 def _list_construct(emitter: _Emitter, node: HostOp, result: str) -> str:
     mlir_type(node.outputs[0].type)  # refuses lists of other element types
     emitter.int_list(node.args, result)
-    return _INT_LIST
+    return INT_LIST
 
 
 def _list_append(emitter: _Emitter, node: HostOp, result: str) -> str:
     mlir_type(node.outputs[0].type)
-    items, _ = emitter.operand(node.args[0], _INT_LIST)
+    items, _ = emitter.operand(node.args[0], INT_LIST)
     row = emitter.fresh()
     emitter.of_unknown_length(emitter.int_element(node.args[1]), "!torch.vtensor<[1],si64>", 1, row)
-    emitter.concatenate([items, row], [_INT_LIST, _INT_LIST], result)
-    return _INT_LIST
+    emitter.concatenate([items, row], [INT_LIST, INT_LIST], result)
+    return INT_LIST
 
 
 def _list_length(emitter: _Emitter, node: HostOp, result: str) -> str:
-    items, _ = emitter.operand(node.args[0], _INT_LIST)
+    items, _ = emitter.operand(node.args[0], INT_LIST)
     zero = emitter.constant(0, None)[0]
-    emitter.emit(f"{result} = torch.aten.size.int {items}, {zero} : {_INT_LIST}, !torch.int -> !torch.int")
+    emitter.emit(f"{result} = torch.aten.size.int {items}, {zero} : {INT_LIST}, !torch.int -> !torch.int")
     return "!torch.int"
 
 
@@ -140,12 +121,12 @@ def _list_to_tensor(emitter: _Emitter, node: HostOp, result: str) -> str:
             raise CompiledHostUnsupported("torch.tensor of a list that is not of ints")
         built = emitter.fresh()
         emitter.int_list(data.items, built)
-        emitter.emit(f"{result} = torch.tensor_static_info_cast {built} : {_INT_LIST} to {want}")
+        emitter.emit(f"{result} = torch.tensor_static_info_cast {built} : {INT_LIST} to {want}")
         return want
     if not isinstance(data, Value) or not isinstance(data.type, ListType):
         raise CompiledHostUnsupported("torch.tensor of a host value that is neither a scalar nor a list")
-    items, _ = emitter.operand(data, _INT_LIST)
-    emitter.emit(f"{result} = torch.tensor_static_info_cast {items} : {_INT_LIST} to {want}")
+    items, _ = emitter.operand(data, INT_LIST)
+    emitter.emit(f"{result} = torch.tensor_static_info_cast {items} : {INT_LIST} to {want}")
     return want
 
 
@@ -174,29 +155,10 @@ _LIST_OPS = {
 }
 
 
-class CompiledHostUnsupported(Exception):
-    """The Program uses something the compiled host cannot express; the reason says what and where."""
-
-
 class _DependsOnUnsupported(CompiledHostUnsupported):
     """A node reads a value whose producer the compiled host could not express (reported there)."""
 
 
-def mlir_type(type_: Type) -> str:
-    if isinstance(type_, TensorType):
-        dims = ",".join("?" if d is None else str(d) for d in type_.shape)
-        if type_.dtype not in _MLIR_DTYPE:
-            raise CompiledHostUnsupported(f"tensors of dtype {type_.dtype}")
-        return f"!torch.vtensor<[{dims}],{_MLIR_DTYPE[type_.dtype]}>"
-    if isinstance(type_, ScalarType):
-        return {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}[type_.kind]
-    if isinstance(type_, ListType) and type_.element == "int":
-        # A list of ints that grows at run time lives on the device as a 1-D int64 tensor.
-        return _INT_LIST
-    raise CompiledHostUnsupported(f"lists of {type_.element} that change at run time (they need the Python host)")
-
-
-_INT_LIST = "!torch.vtensor<[?],si64>"
 # torch's ScalarType codes, as `torch.aten.zeros` takes its dtype.
 _DTYPE_CODES = {
     "uint8": 0,
@@ -218,7 +180,7 @@ def _float_literal(value: float) -> str:
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter(Emitter):
+class _Emitter(ControlFlowEmitter, Emitter):
     def __init__(self, signatures: dict[str, tuple[list[str], list[str]]]) -> None:
         self.signatures = signatures
         self.lines: list[str] = []
@@ -297,6 +259,13 @@ class _Emitter(Emitter):
         if isinstance(value, float):
             self.emit(f"{name} = torch.constant.float {_float_literal(value)}")
             return name, "!torch.float"
+        if value is UNINITIALIZED:
+            # TorchScript's value of a `return` inside a loop, until the loop returns: the compiled
+            # host's loop carries a stand-in there, which exists for tensors and scalars only.
+            raise CompiledHostUnsupported(
+                "a list returned from inside a loop (unset until the loop returns: the compiled host "
+                "stands in for tensors and scalars only)"
+            )
         raise CompiledHostUnsupported(f"a constant {type(value).__name__} on a host path")
 
     def cast(self, name: str, have: str, want: str) -> str:
@@ -419,7 +388,7 @@ class _Emitter(Emitter):
         )
         self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[type_.dtype]}")
         self.emit(f"{none} = torch.constant.none")
-        dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{_MLIR_DTYPE[type_.dtype]}>"
+        dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{MLIR_DTYPE[type_.dtype]}>"
         self.emit(
             f"{made} = torch.aten.zeros {listed}, {code}, {none}, {none}, {none} : "
             f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {dynamic}"
@@ -489,11 +458,11 @@ class _Emitter(Emitter):
         if not items:
             empty = self.fresh()
             self.emit(f"{empty} = torch.vtensor.literal(dense<> : tensor<0xsi64>) : !torch.vtensor<[0],si64>")
-            self.emit(f"{built} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {_INT_LIST}")
+            self.emit(f"{built} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {INT_LIST}")
         else:
             rows = [self.int_element(item) for item in items]
             self.concatenate(rows, ["!torch.vtensor<[1],si64>"] * len(rows), built)
-        self.of_unknown_length(built, _INT_LIST, len(items), result)
+        self.of_unknown_length(built, INT_LIST, len(items), result)
 
     def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str) -> None:
         """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
@@ -501,7 +470,7 @@ class _Emitter(Emitter):
         zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
         self.emit(
             f"{result} = torch.aten.slice.Tensor {tensor}, {zero}, {zero}, {opaque}, {one} : "
-            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {_INT_LIST}"
+            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {INT_LIST}"
         )
 
     def opaque_int(self, value: int) -> str:
@@ -514,293 +483,7 @@ class _Emitter(Emitter):
         self.emit(
             f"{listed} = torch.prim.ListConstruct {', '.join(parts)} : ({', '.join(types)}) -> !torch.list<vtensor>"
         )
-        self.emit(f"{result} = torch.aten.cat {listed}, {zero} : !torch.list<vtensor>, !torch.int -> {_INT_LIST}")
-
-    def region_results(self, block: Block, types: list[str]) -> list[str]:
-        return [self.operand(arg, want)[0] for arg, want in zip(block.results, types)]
-
-    def if_(self, node: If) -> None:
-        condition, _ = self.operand(node.condition, "!torch.bool")
-        types = [mlir_type(v.type) for v in node.outputs]
-        result = self.fresh()
-        count = len(types)
-        prefix = "" if count == 0 else (f"{result} = " if count == 1 else f"{result}:{count} = ")
-        self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(types)}) {{")
-        self.where.append(self.located(node.label, node.source))
-        for index, block in enumerate((node.then_block, node.else_block)):
-            if index == 1:
-                self.emit("} else {")
-            self.depth += 1
-            saved = dict(self.names), dict(self.types)
-            self.block(block)
-            yields = self.apart(self.region_results(block, types), types, alone=True)
-            suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
-            self.emit(f"torch.prim.If.yield{suffix}")
-            self.names, self.types = saved
-            self.depth -= 1
-        self.emit(f"}} loc({self.where.pop()})")
-        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
-            self.define(value, result if count == 1 else f"{result}#{position}", type_text)
-
-    def loop(self, node: Loop) -> None:
-        """A loop as `scf.if (start) { scf.while do-while }`, its carried values in builtin types.
-
-        Written out here rather than as `torch.prim.Loop`: torch-mlir lowers that to an `scf.while`
-        whose first argument is the carried condition, which IREE 3.13 lowers right in only some
-        places; elsewhere its stream conversion shifts the other arguments by one ("failed to legalize
-        unresolved target materialization from ('i64') to ('!stream.resource<*>', 'index')", about 8%
-        of the fuzzer's programs, e.g. a `for` with a `break` inside an `if`). The do-while form, body
-        in the `before` region and the condition computed there, is the one IREE handles everywhere,
-        and an `scf.while` has none of `torch.prim.Loop`'s trip-count traps (ENVIRONMENT.md).
-        """
-        carried = ["!torch.int", *[mlir_type(v.type) for v in node.outputs]]
-        builtins = [_builtin_type(type_text) for type_text in carried]
-        if None in builtins:
-            return self.prim_loop(node)
-        types = carried[1:]
-        trip, _ = self.operand(node.trip_count, "!torch.int")
-        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
-        zero = self.constant(0, None)[0]
-        start = self.loop_condition(zero, trip, node.condition)
-        start_bit = self.to_builtin(start, "!torch.bool")
-        initial = self.apart(initial, types)
-        entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
-        listed = ", ".join(builtins)
-        count = len(builtins)
-        result, looped = self.fresh(), self.fresh()
-        self.emit(f"{result}:{count} = scf.if {start_bit} -> ({listed}) {{")
-        self.depth += 1
-        arguments = [self.fresh() for _ in builtins]
-        bindings = ", ".join(f"{a} = {v}" for a, v in zip(arguments, entry_values))
-        self.emit(f"{looped}:{count} = scf.while ({bindings}) : ({listed}) -> ({listed}) {{")
-        self.depth += 1
-        self.where.append(self.located(node.label, node.source))
-        saved = dict(self.names), dict(self.types)
-        read = _values_read(node.body)
-        unread = [False] + [param not in read for param in node.body.params[1:]]
-        kept = self.barrier_all(arguments, builtins, unread=unread)
-        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
-        following, next_values, go = self.loop_body(node, counter, params, types, trip)
-        go_bit = self.to_builtin(go, "!torch.bool")
-        next_values = self.apart(next_values, types)
-        next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
-        next_builtins = [self.builtin_barrier(n, b) for n, b in zip(next_builtins, builtins)]
-        self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
-        self.names, self.types = saved
-        self.depth -= 1
-        after = [self.fresh() for _ in builtins]
-        self.emit("} do {")
-        self.emit(f"^bb0({', '.join(f'{a}: {t}' for a, t in zip(after, builtins))}):")
-        self.emit(f"  scf.yield {', '.join(after)} : {listed}")
-        self.emit(f"}} loc({self.where[-1]})")  # an error about the scf.while names the loop
-        self.emit(f"scf.yield {', '.join(f'{looped}#{i}' for i in range(count))} : {listed}")
-        self.depth -= 1
-        self.emit("} else {")
-        self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
-        self.emit(f"}} loc({self.where.pop()})")
-        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
-            self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
-
-    def loop_condition(self, counter: str, trip: str, condition: Arg) -> str:
-        """`counter < trip and condition` (the condition left out when it is the constant true)."""
-        go = self.fresh()
-        self.emit(f"{go} = torch.aten.lt.int {counter}, {trip} : !torch.int, !torch.int -> !torch.bool")
-        if not (isinstance(condition, Constant) and condition.value is True):
-            keep_going, _ = self.operand(condition, "!torch.bool")
-            both = self.fresh()
-            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
-            go = both
-        return go
-
-    def loop_body(
-        self, node: Loop, counter: str, params: list[str], types: list[str], trip: str
-    ) -> tuple[str, list[str], str]:
-        """One iteration: the body on (counter, *params); returns the next counter, the next carried
-        values and whether to go on (`counter + 1 < trip and body_condition`)."""
-        index_param, *carried_params = node.body.params
-        self.define(index_param, counter, "!torch.int")
-        for value, name, type_text in zip(carried_params, params, types):
-            self.define(value, name, type_text)
-        self.block(node.body)
-        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
-        one = self.constant(1, None)[0]
-        following = self.fresh()
-        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
-        return following, next_values, self.loop_condition(following, trip, node.body.results[0])
-
-    def apart(self, names: list[str], types: list[str], alone: bool = False) -> list[str]:
-        """`names`, each tensor behind an optimization barrier where tensors cross a branch or loop edge.
-
-        Two IREE 3.13 bugs. (1) IREE packs tensors made in one execution region into one
-        allocation; a VM branch then passes that buffer twice, and its register allocator moves the
-        ref out of one block argument into the other: the next copy reads a null buffer
-        (OUT_OF_RANGE in `hal.command_buffer.copy_buffer`; iree-org/iree#24753). (2) An `scf.if`
-        whose sides only yield values from outside it becomes an `arith.select` of tensors, which
-        reads both with one side's shape: where the sides' dynamic sizes differ, the result is
-        silently wrong (`h = x if c else y`, x and y of other batch sizes). A barrier gives each
-        tensor its own ref and keeps the `scf.if`. (1) needs it where two or more tensors cross
-        together, (2) on a tensor with a dynamic dim that leaves an `if` alone (`alone`; tensors of
-        static shape have the same shape on both sides).
-        """
-        tensors = [type_text.startswith("!torch.vtensor") and _builtin_type(type_text) for type_text in types]
-        if sum(map(bool, tensors)) < 2:
-            tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
-        return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
-
-    def barrier_all(self, names: list[str], builtins: list[str], unread: list[bool] | None = None) -> list[str]:
-        """`names` (builtin-typed), each through its own `util.optimization_barrier`.
-
-        An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
-        3.13's stream conversion (`ScfWhileOpConversion`) converts both regions with the signature
-        of the loop's operands, so a loop that MLIR's canonicalizer narrowed (a carried value the
-        body overwrites without reading, like the value of a `return` inside the loop, loses its
-        `before` argument; a value yielded twice or from outside the loop loses its result) makes
-        iree-compile crash (SIGSEGV in `applySignatureConversion`) or fail ("failed to legalize
-        unresolved materialization from () to ('index')"). Used at the top of the body (`unread`
-        says which carried values the body never reads): every scalar and every tensor the body
-        does not read goes through a barrier, a tensor's dynamic sizes too (IREE carries them as
-        loop arguments of their own, which the canonicalizer drops when nothing reads them).
-        With the barriers `loop` puts on every value the body passes on, nothing is left to narrow.
-        One barrier per value: a barrier of several values must keep their types, which the stream
-        conversion breaks (each tensor gets its own resource lifetime).
-        """
-        kept = []
-        for position, (name, builtin) in enumerate(zip(names, builtins)):
-            if unread is not None and builtin.startswith("tensor<") and not unread[position]:
-                # At the top of the body, only a tensor the body never reads goes through a
-                # barrier (it would lose its argument). One the body reads keeps its argument,
-                # and a barrier there made IREE hand the loop a zero tensor in place of a value
-                # from an enclosing `if` or loop (three nested loops started from zeros; `h`
-                # rewritten by an `if`, then a loop with a `break`).
-                kept.append(name)
-            else:
-                kept.append(self.builtin_barrier(name, builtin, sizes_too=True))
-        return kept
-
-    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
-        """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
-        (iree-compile fails on a barrier of a dynamically shaped tensor otherwise: "'tensor.dim' op
-        unexpected during shape cleanup")."""
-        dims = []
-        sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
-        for position, size in enumerate(sizes):
-            if size == "?":
-                index, dim = self.fresh(), self.fresh()
-                self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
-                self.emit(f'{dim} = "tensor.dim"({name}, {index}) : ({builtin}, index) -> index')
-                # The size goes through the barrier too: IREE carries a dynamic dim of a loop-carried
-                # tensor as a loop argument of its own (ExpandTensorShapes), which the canonicalizer
-                # drops again when nothing in the body reads it, and the loop is narrowed anyway.
-                if sizes_too:
-                    kept_dim = self.fresh()
-                    self.emit(f'{kept_dim} = "util.optimization_barrier"({dim}) : (index) -> index')
-                    dim = kept_dim
-                dims.append(dim)
-        kept = self.fresh()
-        self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
-        if dims:
-            tied = self.fresh()
-            operands = ", ".join([kept, *dims])
-            dim_types = ", ".join([builtin] + ["index"] * len(dims))
-            self.emit(f'{tied} = "flow.tensor.tie_shape"({operands}) : ({dim_types}) -> {builtin}')
-            kept = tied
-        return kept
-
-    def barrier(self, name: str, type_text: str) -> str:
-        """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
-        builtin = _scalar_or_builtin(type_text)
-        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin), type_text)
-
-    def to_builtin(self, name: str, type_text: str) -> str:
-        op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
-        return self.converted(op, name, type_text, _scalar_or_builtin(type_text))
-
-    def from_builtin(self, name: str, type_text: str) -> str:
-        op = _FROM_BUILTIN.get(type_text, "torch_c.from_builtin_tensor")
-        return self.converted(op, name, _scalar_or_builtin(type_text), type_text)
-
-    def converted(self, op: str, name: str, have: str, want: str) -> str:
-        result = self.fresh()
-        self.emit(f'{result} = "{op}"({name}) : ({have}) -> {want}')
-        return result
-
-    def prim_loop(self, node: Loop) -> None:
-        """The loop as `torch.prim.Loop` (carried tensors of dtypes `_builtin_type` does not map)."""
-        trip, _ = self.operand(node.trip_count, "!torch.int")
-        types = [mlir_type(v.type) for v in node.outputs]
-        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
-        zero = self.constant(0, None)[0]
-        start = self.loop_condition(zero, trip, node.condition)
-        # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
-        guarded = self.barrier(start, "!torch.bool")
-        maximum = self.fresh()
-        self.emit(f"{maximum} = torch.constant.int {INT64_MAX}")
-        result = self.fresh()
-        carried_types = ["!torch.int", *types]
-        self.emit(
-            f"{result}:{len(carried_types)} = torch.prim.Loop {maximum}, {guarded}, "
-            f"init({', '.join([zero, *initial])}) {{"
-        )
-        index_name, counter = self.fresh(), self.fresh()
-        params = [self.fresh() for _ in types]
-        block_args = [f"{index_name}: !torch.int", f"{counter}: !torch.int"]
-        block_args += [f"{p}: {t}" for p, t in zip(params, types)]
-        self.emit(f"^bb0({', '.join(block_args)}):")
-        self.depth += 1
-        self.where.append(self.located(node.label, node.source))
-        saved = dict(self.names), dict(self.types)
-        following, next_values, go = self.loop_body(node, counter, params, types, trip)
-        self.emit(
-            f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : {', '.join(carried_types)})"
-        )
-        self.names, self.types = saved
-        self.depth -= 1
-        self.emit(f"}} : (!torch.int, !torch.bool, {', '.join(carried_types)}) -> ({', '.join(carried_types)})")
-        self.where.pop()
-        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
-            self.define(value, f"{result}#{position + 1}", type_text)
-
-
-def _values_read(block: Block) -> set[Value]:
-    """Every Value that `block` or a block nested in it reads (node inputs and block results)."""
-    read: set[Value] = set()
-    for node in iter_nodes(block):
-        read.update(node_inputs(node))
-        for inner in sub_blocks(node):
-            for result in inner.results:
-                read.update(arg_values(result))
-    for result in block.results:
-        read.update(arg_values(result))
-    return read
-
-
-_TO_BUILTIN = {"!torch.int": "torch_c.to_i64", "!torch.bool": "torch_c.to_i1", "!torch.float": "torch_c.to_f64"}
-_FROM_BUILTIN = {"!torch.int": "torch_c.from_i64", "!torch.bool": "torch_c.from_i1", "!torch.float": "torch_c.from_f64"}
-_BUILTIN_SCALARS = {"!torch.int": "i64", "!torch.bool": "i1", "!torch.float": "f64"}
-_BUILTIN_ELEMENTS = {
-    **{name: name for name in ("f32", "f64", "f16", "bf16", "i1")},
-    **{f"si{bits}": f"i{bits}" for bits in (64, 32, 16, 8)},
-}
-
-
-def _scalar_or_builtin(type_text: str) -> str | None:
-    """`_builtin_type`, scalars looked up first: a barrier on an int or bool needs no tensor mapping."""
-    return _BUILTIN_SCALARS.get(type_text) or _builtin_type(type_text)
-
-
-def _builtin_type(type_text: str) -> str | None:
-    """The builtin MLIR type torch_c converts a torch type to (`!torch.vtensor<[1,?],f32>` ->
-    `tensor<1x?xf32>`), or None where this host does not map it (unsigned tensors)."""
-    if type_text in _BUILTIN_SCALARS:
-        return _BUILTIN_SCALARS[type_text]
-    if not type_text.startswith("!torch.vtensor<["):
-        return None
-    dims, element = type_text[len("!torch.vtensor<[") : -1].split("],")
-    builtin = _BUILTIN_ELEMENTS.get(element)
-    if builtin is None:
-        return None
-    shape = "x".join(dims.split(",")) if dims else ""
-    return f"tensor<{shape}x{builtin}>" if shape else f"tensor<{builtin}>"
+        self.emit(f"{result} = torch.aten.cat {listed}, {zero} : !torch.list<vtensor>, !torch.int -> {INT_LIST}")
 
 
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:

@@ -25,6 +25,7 @@ from ..program import Constant, ListArg, ListType, ScalarType, TensorType, Type,
 from .schemas import LAYOUT_CODES, MEMORY_FORMAT_CODES, SCALAR_TYPE_CODES, dtype_name
 
 UNINITIALIZED = object()
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ TorchScript mutates lists (`aten::append`) and tensors (`add_`) in place; the Pr
 mutation rebinds the TorchScript value to a new Program value, and values mutated inside a branch
 or loop become extra outputs or loop-carried values.
 
+The walk is split by what it handles: `control` (branches and loops), `tensor_lists` (lists of
+tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views).
+
 Example:
     >>> program = specialize(capture(model), (torch.randn(1, 8),))     # doctest: +SKIP
 """
@@ -29,21 +32,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from host_runtime import scalar_ops
-
 from ..capture import CapturedModel
-from ..errors import DyclError, SpecializeError, UnsupportedOpError
+from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import (
-    STAND_IN,
-    Arg,
     Block,
     Constant,
     HostOp,
-    If,
     ListArg,
     ListType,
-    Loop,
     Node,
     Program,
     ScalarType,
@@ -52,7 +49,9 @@ from ..program import (
     Type,
     Value,
 )
-from .aliasing import collect_mutated_lists, mutated_outer
+from .aliasing import collect_mutated_lists
+from .control import ControlFlow
+from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .schemas import (
     DTYPE_CODES,
@@ -71,50 +70,36 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
-from .stand_ins import reuse_parameters
+from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
     UNINITIALIZED,
     TensorList,
     TupleEntry,
-    element_type,
     flatten_entries,
-    fold_scalar,
     hint_of,
-    holds_only_tensors,
     holds_values,
     input_types,
     is_dynamic,
     is_none,
-    join_types,
     list_element_kind,
-    python_scalar,
     real_value,
-    same_constant,
     scalar_kind_of,
     scalar_list_kind,
     split_arguments,
     tensor_type_of,
-    type_from_ts,
-    type_of,
     unflatten_entries,
     value_name,
     walk_args,
 )
 
-SYNC_OPS = {
-    "aten::Bool": "bool",
-    "aten::Int": "int",
-    "aten::Float": "float",
-    "aten::item": None,
-    "aten::ScalarImplicit": None,
-    "aten::IntImplicit": "int",
-    "aten::FloatImplicit": "float",
-}
 # Ops whose result is random: never folded at export time.
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer:
+class _Specializer(ControlFlow, TensorLists, HostScalars):
+    """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
+    nodes so far. Control flow, lists of run-time length and host scalars are its mixins."""
+
     def __init__(self, captured: CapturedModel) -> None:
         self.captured = captured
         self.env: dict[int, Any] = {}
@@ -338,61 +323,6 @@ class _Specializer:
             raise SpecializeError(f"`is` between two run-time values ({source_of(node)})")
         self.bind(node.output(), Constant(same != negate))
 
-    def visit_size(self, node: torch._C.Node) -> None:
-        inputs = [self.entry(v) for v in node.inputs()]
-        tensor = inputs[0]
-        tensor_type = tensor_type_of(tensor)
-        if tensor_type is None:
-            return self.visit_op(node)
-        if isinstance(tensor, Constant):
-            size = list(tensor.value.shape)
-            self.bind(node.output(), Constant(size if len(inputs) == 1 else size[inputs[1].value]))
-            return
-        dims = range(len(tensor_type.shape)) if len(inputs) == 1 else [inputs[1]]
-        items = [self.size_of(tensor, dim, source_of(node)) for dim in dims]
-        if len(inputs) == 1:
-            all_constant = all(isinstance(i, Constant) for i in items)
-            self.bind(node.output(), Constant([i.value for i in items]) if all_constant else ListArg(tuple(items)))
-        else:
-            self.bind(node.output(), items[0])
-
-    def size_of(self, tensor: Value, dim: Any, source: str) -> Any:
-        """`tensor.size(dim)`: a constant for a static dim, else a host int read from the buffer's shape."""
-        tensor_type = tensor.type
-        if isinstance(dim, Constant):
-            dim = dim.value
-        if isinstance(dim, int):
-            rank = len(tensor_type.shape)
-            if rank == 0 or not -rank <= dim < rank:
-                # The rank is known here, so PyTorch raises on every input that reaches this line.
-                self.nodes.append(HostOp("prim::RaiseException", (Constant(_dim_error(dim, rank)),), (), source))
-                self.raised = True
-                return Constant(0)
-            dim = dim % rank
-            if tensor_type.shape[dim] is not None:
-                return Constant(tensor_type.shape[dim])
-            if (tensor, dim) in self.dim_sources:
-                return self.dim_sources[(tensor, dim)]
-            dim_arg: Arg = Constant(dim)
-            hint = tensor_type.hint[dim]
-        else:
-            dim_arg, hint = dim, 1
-        # A shape read needs no device sync: the host knows every buffer's shape.
-        value = self.new_value(ScalarType("int", hint), "size")
-        self.nodes.append(HostOp("aten::size.int", (tensor, dim_arg), (value,), source))
-        if isinstance(dim_arg, Constant):
-            self.dim_sources[(tensor, dim_arg.value)] = value  # the next read is the same value
-        return value
-
-    def numel_of(self, tensor: Value, source: str) -> Any:
-        """`tensor.numel()`: the product of its sizes, a host int when a dim is dynamic (NMS's
-        `while idx.numel() > 0`), read from the buffer's shape like `size(d)`: no device sync."""
-        total: Any = Constant(1)
-        for dim in range(tensor.type.rank):
-            size = self.size_of(tensor, dim, source)
-            total = self.emit_host("aten::mul.int", (total, size), "int", source)
-        return total
-
     def visit_device_move(self, node: torch._C.Node) -> None:
         """`.cpu()`, `.cuda()`, `.to(device)`: a bundle keeps every tensor on its one device, so a
         move is the tensor itself (Tacotron2's `lengths.cpu()`); a dtype change in the same call
@@ -414,42 +344,6 @@ class _Specializer:
             self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
             return
         self.visit_tensor_op(node, overload_of("aten::to.dtype"), [entries[0], dtype], source_of(node))
-
-    def visit_len(self, node: torch._C.Node) -> None:
-        subject = self.entry(node.input())
-        if isinstance(subject, ListArg):
-            self.bind(node.output(), Constant(len(subject.items)))
-        elif isinstance(subject, TensorList):
-            self.bind(node.output(), self.list_length(subject, source_of(node)))
-        elif isinstance(subject, Value) and isinstance(subject.type, TensorType):
-            if subject.type.shape[0] is not None:
-                self.bind(node.output(), Constant(subject.type.shape[0]))
-            else:
-                value = self.new_value(ScalarType("int", subject.type.hint[0]), "len")
-                self.nodes.append(HostOp("aten::size.int", (subject, Constant(0)), (value,), source_of(node)))
-                self.bind(node.output(), value)
-        else:
-            self.visit_op(node)
-
-    def visit_getitem(self, node: torch._C.Node) -> None:
-        subject, index = (self.entry(v) for v in node.inputs())
-        source = source_of(node)
-        if isinstance(subject, ListArg) and isinstance(index, Constant):
-            if not -len(subject.items) <= index.value < len(subject.items):
-                raise SpecializeError(
-                    f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"
-                )
-            self.bind(node.output(), subject.items[index.value])
-        elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
-            stacked = self.tensor_list(subject, None, source)
-            if isinstance(index, Constant) and index.value < 0:
-                length = self.list_length(stacked, source)
-                index = self.emit_host("aten::add.int", (length, index), "int", source)
-            select = overload_of("aten::select.int")
-            (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
-            self.bind(node.output(), item)
-        else:
-            self.visit_op(node)
 
     def visit_num_to_tensor(self, node: torch._C.Node) -> None:
         scalar = self.entry(node.input())
@@ -502,356 +396,6 @@ class _Specializer:
         self.nodes.append(HostOp("aten::tensor", (data, Constant(dtype_name(dtype))), (output,), source_of(node)))
         self.bind(node.output(), output)
 
-    # -- control flow -------------------------------------------------------------------------
-    def visit_if(self, node: torch._C.Node) -> None:
-        condition = self.entry(node.input())
-        then_block, else_block = node.blocks()
-        if isinstance(condition, Constant):
-            chosen = then_block if condition.value else else_block
-            self.visit_nodes(chosen.nodes())
-            if not self.raised:
-                for output, result in zip(node.outputs(), chosen.outputs()):
-                    self.bind(output, self.entry(result))
-            return
-        label = f"if{next(self.labels)}"
-        mutated = mutated_outer([then_block, else_block])
-        saved_env = dict(self.env)
-        then_nodes, then_results, then_raised = self.sub_block(then_block, (), mutated)
-        self.env = dict(saved_env)
-        else_nodes, else_results, else_raised = self.sub_block(else_block, (), mutated)
-        self.env = saved_env
-        source = source_of(node)
-        if not then_raised and not else_raised:
-            pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
-            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in pairs]
-            then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
-        then_leaves, structure = flatten_entries(then_results)
-        else_leaves, else_structure = flatten_entries(else_results)
-        if not then_raised and not else_raised and structure != else_structure:
-            raise SpecializeError(f"the two sides of a branch return differently shaped tuples ({source})")
-        if then_raised:
-            structure = else_structure
-        outputs: list[Value] = []
-        joined: list[Any] = []
-        then_yield: list[Arg] = []
-        else_yield: list[Arg] = []
-        for index in range(len(else_leaves if then_raised else then_leaves)):
-            a = None if then_raised else then_leaves[index]
-            b = None if else_raised else else_leaves[index]
-            if a is not None and b is not None and same_constant(a, b):
-                joined.append(a)
-                continue
-            type_a = None if a is None else type_of(a, source)
-            type_b = None if b is None else type_of(b, source)
-            type_ = join_types(type_a, type_b, source)
-            if type_ is None:
-                joined.append(a if a is not None else b)
-                continue
-            value = self.new_value(type_, "r")
-            outputs.append(value)
-            joined.append(value)
-            # A side that raised yields a stand-in too: the compiled host's `if` must yield a value.
-            then_yield.append(self.stand_in(Constant(UNINITIALIZED) if a is None else a, type_, then_nodes, source))
-            else_yield.append(self.stand_in(Constant(UNINITIALIZED) if b is None else b, type_, else_nodes, source))
-        self.nodes.append(
-            If(
-                condition,
-                Block((), tuple(then_nodes), tuple(then_yield)),
-                Block((), tuple(else_nodes), tuple(else_yield)),
-                tuple(outputs),
-                label,
-                source,
-            )
-        )
-        if then_raised and else_raised:
-            self.raised = True
-            return
-        rebuilt = unflatten_entries(structure, joined)
-        ts_outputs = list(node.outputs())
-        for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
-            self.bind(output, entry)
-        for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
-            self.bind(ts_value, entry)
-        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
-
-    def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
-        """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
-
-        TorchScript leaves a value uninitialized on the side of a branch after which it is never
-        read (the results of a `return` inside a loop, on the side that did not return). The
-        Python host passes None along; the compiled host's `torch.prim.If` must yield a value of
-        the result's type, so it gets a zero (a `STAND_IN` host op: a constant tensor there made
-        iree-compile reject the branch, '!stream.resource<constant>' against '<external>')."""
-        if not (isinstance(entry, Constant) and entry.value is UNINITIALIZED):
-            return entry
-        if isinstance(type_, ScalarType) and type_.kind in ("int", "float", "bool"):
-            return Constant({"int": 0, "float": 0.0, "bool": False}[type_.kind])
-        if isinstance(type_, TensorType):
-            value = self.new_value(type_, "unset")
-            nodes.append(HostOp(STAND_IN, (), (value,), source))
-            return value
-        return entry
-
-    def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
-        """Unroll a loop whose every decision is known at export time; False (nothing emitted) if not.
-
-        `for i in range(x.size(0))` over a static dim, or `while i < 3` over a constant `i`, decides
-        nothing at run time: unrolled, each iteration sees its index as a constant, so a value that
-        is None before the loop and set in it (torchaudio's emformer), a list that grows, or sizes
-        computed from the index fold as they do in the literal `range(3)`, which TorchScript
-        unrolls itself. A loop that exits on a run-time condition, or runs more than
-        `UNROLL_LIMIT` iterations, stays a loop (the walk so far is undone).
-        """
-        if not (isinstance(condition, Constant) and isinstance(trip_count, Constant)):
-            return False
-        if UNROLL_LIMIT < trip_count.value < INT64_MAX:
-            return False
-        (body,) = node.blocks()
-        label = next(self.labels)
-        self.labels = itertools.count(label)
-        saved = (len(self.nodes), dict(self.env), dict(self.dim_sources), dict(self.views), self.raised)
-
-        def undo() -> bool:
-            length, self.env, self.dim_sources, self.views, self.raised = saved
-            del self.nodes[length:]
-            self.labels = itertools.count(label)  # the loop's labels are those it had not unrolled
-            return False
-
-        entries = list(carried)
-        for index in itertools.count():
-            if index == trip_count.value:
-                break
-            if index == UNROLL_LIMIT:
-                return undo()
-            for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
-                self.bind(ts_param, entry)
-            try:
-                self.visit_nodes(body.nodes())
-            except DyclError:
-                # Visited as a loop (index and carried values known only at run time), the body
-                # may still export: the loop's own path decides.
-                return undo()
-            if self.raised:
-                return True  # every input that reaches this iteration raises: nothing after it runs
-            keep_going, *entries = [self.entry(v) for v in body.outputs()]
-            if not isinstance(keep_going, Constant):
-                return undo()
-            if not keep_going.value:
-                break
-        for output, entry in zip(node.outputs(), entries):
-            self.bind(output, entry)
-        return True
-
-    def visit_loop(self, node: torch._C.Node) -> None:
-        inputs = [self.entry(v) for v in node.inputs()]
-        trip_count, condition, carried = inputs[0], inputs[1], inputs[2:]
-        (body,) = node.blocks()
-        source = source_of(node)
-        ts_outputs = list(node.outputs())
-        if (isinstance(condition, Constant) and not condition.value) or (
-            isinstance(trip_count, Constant) and trip_count.value <= 0
-        ):
-            for output, entry in zip(ts_outputs, carried):
-                self.bind(output, entry)
-            return
-        if self.unroll(node, trip_count, condition, carried):
-            return
-        label = f"loop{next(self.labels)}"
-        mutated = mutated_outer([body])
-        initial = list(carried) + [self.entry(m) for m in mutated]
-        initial_leaves, structure = flatten_entries(initial)
-        initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
-        types = [type_of(leaf, source) for leaf in initial_leaves]
-        for _attempt in range(8):
-            index = self.new_value(ScalarType("int", 0), "i")
-            params = [self.new_value(t, "c") for t in types]
-            saved_env = dict(self.env)
-            entries = unflatten_entries(structure, params)
-            for ts_value, entry in zip(mutated, entries[len(carried) :]):
-                self.bind(ts_value, entry)
-            body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
-            self.env = saved_env
-            if raised:
-                raise SpecializeError(f"a loop body that always raises ({source})")
-            result_leaves, result_structure = flatten_entries(results[1:])
-            if result_structure != structure:
-                # A `return` inside the loop: TorchScript carries the returned tuple, uninitialized
-                # until the body returns; it takes the structure of what the body returns.
-                adapted = [_uninitialized_like(a, b)[0] for a, b in zip(initial, results[1:])]
-                if flatten_entries(adapted)[1] != structure:
-                    initial = adapted
-                    initial_leaves, structure = flatten_entries(initial)
-                    types = [type_of(leaf, source) for leaf in initial_leaves]
-                    continue
-                # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
-                reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
-                if flatten_entries(reconciled)[1] == structure:
-                    raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
-                initial = reconciled
-                initial_leaves, structure = flatten_entries(initial)
-                initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
-                types = [type_of(leaf, source) for leaf in initial_leaves]
-                continue
-            new_types = [join_types(t, type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
-            if new_types == types:
-                break
-            types = new_types
-        else:
-            raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
-        outputs = tuple(self.new_value(t, "c") for t in types)
-        # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
-        body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
-        # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
-        # starts as a stand-in of its type: the compiled host's loop must carry a value.
-        initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
-        self.nodes.append(
-            Loop(
-                trip_count,
-                condition,
-                tuple(initial_leaves),
-                Block((index, *params), tuple(body_nodes), (results[0], *result_leaves)),
-                outputs,
-                label,
-                source,
-            )
-        )
-        rebuilt = unflatten_entries(structure, list(outputs))
-        for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
-            self.bind(output, entry)
-        for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
-            self.bind(ts_value, entry)
-        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
-
-    # -- lists of tensors whose length is known only at run time --------------------------------
-    def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
-        """Make two paths' entries for one value agree in structure: lists of tensors whose lengths
-        differ become TensorLists on both paths (stacked at the end of each path's nodes)."""
-        if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
-            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
-            return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
-        if not (isinstance(a, (ListArg, TensorList)) and isinstance(b, (ListArg, TensorList))):
-            return a, b
-        if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
-            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
-            return ListArg(tuple(x for x, _ in pairs)), ListArg(tuple(y for _, y in pairs))
-        if not (holds_only_tensors(a) and holds_only_tensors(b)):
-            raise SpecializeError(
-                f"a list whose length depends on the path holds something other than tensors ({source}): "
-                "only lists of tensors, ints, floats or bools can change length at run time"
-            )
-        types = [self.list_element_type(entry) for entry in (a, b)]
-        known = [t for entry_types in types for t in entry_types]
-        if not known:
-            raise SpecializeError(f"a list of tensors that stays empty on every path changes structure ({source})")
-        element = element_type(known, source)
-        saved = self.nodes
-        try:
-            self.nodes = nodes_a
-            a = self.tensor_list(a, element, source)
-            self.nodes = nodes_b
-            b = self.tensor_list(b, element, source)
-        finally:
-            self.nodes = saved
-        return a, b
-
-    @staticmethod
-    def list_element_type(entry: Any) -> list[TensorType]:
-        if isinstance(entry, TensorList):
-            type_ = entry.value.type
-            return [TensorType(type_.dtype, type_.shape[1:], type_.hint[1:])]
-        return [tensor_type_of(item) for item in entry.items]
-
-    def tensor_list(self, entry: Any, element: TensorType | None, source: str) -> TensorList:
-        """`entry` as a TensorList: its tensors stacked on dim 0 (in `self.nodes`)."""
-        if isinstance(entry, TensorList):
-            return entry
-        items = [self.materialize(item, source) for item in entry.items]
-        types = [tensor_type_of(item) for item in items] + ([element] if element is not None else [])
-        if not types:
-            raise SpecializeError(f"an empty list of tensors whose element type is unknown ({source})")
-        element = element_type(types, source)
-        if not items:
-            if any(d is None for d in element.shape):
-                raise SpecializeError(
-                    f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic "
-                    f"size ({source}): start it with its first tensor instead of []"
-                )
-            empty = torch.zeros((0, *element.shape), dtype=torch_dtype(element.dtype))
-            return TensorList(self.materialize(Constant(empty), source))
-        stack = overload_of("aten::stack.default")
-        (stacked,) = self.emit_tensor_op(stack, [ListArg(tuple(items)), Constant(0)], [], source, name="stacked")
-        return TensorList(stacked)
-
-    def append_to_tensor_list(self, items: TensorList, item: Any, source: str) -> TensorList:
-        item = self.materialize(item, source)
-        type_ = tensor_type_of(item)
-        if type_ is None:
-            raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
-        element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
-        unsqueeze, cat = overload_of("aten::unsqueeze.default"), overload_of("aten::cat.default")
-        (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
-        (grown,) = self.emit_tensor_op(cat, [ListArg((items.value, row)), Constant(0)], [], source, name="stacked")
-        return TensorList(grown)
-
-    def list_length(self, items: TensorList, source: str) -> Any:
-        length = items.value.type.shape[0]
-        if length is not None:
-            return Constant(length)
-        value = self.new_value(ScalarType("int", items.value.type.hint[0]), "len")
-        self.nodes.append(HostOp("aten::size.int", (items.value, Constant(0)), (value,), source))
-        return value
-
-    def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
-        """List arithmetic on lists of tensors (`[x] + [y] * k`, slices) and `stack`/`cat` of a TensorList."""
-        kind = node.kind()
-        if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], TensorList):
-            stacked = entries[0].value
-            length = self.list_length(entries[0], source)
-            if not isinstance(length, Constant):
-                # PyTorch refuses an empty list here; the stacked form would give an empty tensor.
-                message = _EMPTY_LIST_ERRORS[kind]
-                check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
-                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
-            rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
-            dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
-            if not isinstance(dim, int):
-                raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
-            dim %= max(rank, 1)
-            result = stacked
-            if dim != 0:
-                movedim = overload_of("aten::movedim.int")
-                (result,) = self.emit_tensor_op(movedim, [result, Constant(0), Constant(dim)], [], source)
-            if kind == "aten::cat":
-                flatten = overload_of("aten::flatten.using_ints")
-                (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
-            self.bind(node.output(), result)
-            return
-        if kind == "aten::add" and any(isinstance(e, TensorList) for e in entries):
-            # xs + [x] (or [x] + xs) with xs of run-time length: both stacked, then one cat.
-            element = self.list_element_type(next(e for e in entries if isinstance(e, TensorList)))[0]
-            left, right = (self.tensor_list(e, element, source) for e in entries)
-            cat = overload_of("aten::cat.default")
-            (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
-            self.bind(node.output(), TensorList(joined))
-            return
-        if any(isinstance(e, TensorList) for e in entries) or not all(
-            isinstance(e, (ListArg, Constant)) for e in entries
-        ):
-            raise UnsupportedOpError(kind, source, detail="on a list of tensors whose length is known only at run time")
-        lists = [e if isinstance(e, ListArg) else e.value for e in entries]
-        items = [e.items if isinstance(e, ListArg) else None for e in entries]
-        if kind == "aten::add":
-            result = items[0] + items[1]
-        elif kind == "aten::mul":
-            count, listed = (lists[1], items[0]) if items[0] is not None else (lists[0], items[1])
-            result = listed * count
-        elif kind == "aten::slice":
-            bounds = [lists[i] if i < len(lists) else None for i in (1, 2, 3)]
-            result = items[0][slice(*bounds)]
-        else:
-            raise UnsupportedOpError(kind, source, detail="on a list of tensors")
-        self.bind(node.output(), ListArg(tuple(result)))
-
     # -- schema ops --------------------------------------------------------------------------
     def visit_op(self, node: torch._C.Node) -> None:
         kind = node.kind()
@@ -863,7 +407,7 @@ class _Specializer:
         if kind == "aten::append":
             return self.visit_append(node, entries, source)
         if (kind in ("aten::stack", "aten::cat") and entries and isinstance(entries[0], TensorList)) or (
-            kind in _STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, TensorList)) for e in entries)
+            kind in STRUCTURAL_LIST_OPS and any(isinstance(e, (ListArg, TensorList)) for e in entries)
         ):
             return self.visit_structural_list_op(node, entries, source)
         has_tensor = overload is not None and schema_touches_tensors(overload._schema)
@@ -872,134 +416,6 @@ class _Specializer:
         if overload is None:
             raise UnsupportedOpError(kind, source, detail="no matching aten overload")
         return self.visit_tensor_op(node, overload, entries, source)
-
-    def visit_sync(self, node: torch._C.Node, entries: list, source: str) -> None:
-        tensor = entries[0]
-        output = node.output()
-        if isinstance(tensor, Constant):
-            self.bind(output, Constant(python_scalar(tensor.value, node.kind())))
-            return
-        kind = SYNC_OPS[node.kind()]
-        if kind is None:
-            kind = "float" if torch_dtype(tensor.type.dtype).is_floating_point else "int"
-            if tensor.type.dtype == "bool":
-                kind = "bool"
-        hint = {"bool": True, "int": 1, "float": 1.0}[kind]
-        value = self.new_value(ScalarType(kind, hint), value_name(output))
-        target = {"bool": "aten::Bool.Tensor", "int": "aten::Int.Tensor", "float": "aten::Float.Tensor"}[kind]
-        self.nodes.append(HostOp(target, (tensor,), (value,), source))
-        self.bind(output, value)
-
-    def visit_append(self, node: torch._C.Node, entries: list, source: str) -> None:
-        items, item = entries
-        if isinstance(items, (ListArg, TensorList)):
-            # A list of tensors (or of lists): appended in straight-line code it stays one value per
-            # item; a TensorList grows by a `cat`.
-            if isinstance(items, ListArg):
-                grown: Any = ListArg(items.items + (item,))
-            else:
-                grown = self.append_to_tensor_list(items, item, source)
-            self.bind(node.inputsAt(0), grown)
-            self.bind(node.output(), grown)
-            return
-        if not isinstance(items, Value):
-            raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
-        hint = tuple(items.type.hint) + (hint_of(item),)
-        value = self.new_value(ListType(items.type.element, hint), value_name(node.inputsAt(0)))
-        self.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
-        # SSA: the list value itself now means the appended list.
-        self.bind(node.inputsAt(0), value)
-        self.bind(node.output(), value)
-
-    def visit_host_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
-        kind = node.kind()
-        if kind == "aten::list" and len(entries) == 1:
-            # `list(hx.size())` (nn.RNN's state check) copies a list. The Program's lists are values
-            # (an append makes a new one), so the copy is the same entry; a constant one is copied
-            # here, since the generic `aten::list.t` cannot be called from Python ("toIValue()
-            # cannot handle converting to type: t").
-            entry = entries[0]
-            self.bind(node.output(), Constant(list(entry.value)) if isinstance(entry, Constant) else entry)
-            return
-        if all(isinstance(e, Constant) for e in entries) or kind in ("aten::format", "aten::str"):
-            if not all(isinstance(e, Constant) for e in entries):
-                # Only error messages are formatted from run-time values (or from tuples, as
-                # nn.RNN's state-size check does); keep the template.
-                self.bind(node.output(), Constant(str(entries[0].value)))
-                return
-            self.bind_constants(node, fold_scalar(kind, overload, [e.value for e in entries], source))
-            return
-        if kind in ("aten::eq", "aten::ne") and len(entries) == 2:
-            left, right = (_int_items(entry) for entry in entries)
-            if left is not None and right is not None:
-                return self.visit_int_list_comparison(node, kind, left, right, source)
-        if kind == "aten::__range_length":
-            return self.visit_range_length(node, entries, source)
-        if kind == "aten::__derive_index":
-            # index -> start + index * step, with ops that IREE legalizes (it cannot lower __derive_index).
-            index, start, step = entries
-            scaled = self.emit_host("aten::mul.int", (index, step), "int", source)
-            self.bind(node.output(), self.emit_host("aten::add.int", (start, scaled), "int", source))
-            return
-        scalar = entries[0] if len(entries) == 1 and isinstance(entries[0], Value) else None
-        scalar = scalar if scalar is not None and isinstance(scalar.type, ScalarType) else None
-        if scalar is not None and kind in _SCALAR_CONVERSIONS and _SCALAR_CONVERSIONS[kind] == scalar.type.kind:
-            # int(i) of an int (`int(tok.item())`), float(f) of a float: the value itself.
-            self.bind(node.output(), entries[0])
-            return
-        if scalar_ops.lookup(kind) is None:
-            raise UnsupportedOpError(kind, source, detail="host operation on run-time values")
-        target = kind + ("." + overload._overloadname if overload is not None else "")
-        hints = [hint_of(e) for e in entries]
-        try:
-            hint = scalar_ops.lookup(kind).function(*hints)
-        except Exception:
-            hint = None
-        output = node.output()
-        type_ = type_from_ts(output.type(), hint)
-        value = self.new_value(type_, value_name(output))
-        self.nodes.append(HostOp(target, tuple(entries), (value,), source))
-        self.bind(output, value)
-
-    def visit_int_list_comparison(self, node: torch._C.Node, kind: str, left: tuple, right: tuple, source: str) -> None:
-        """`a == b` / `a != b` on lists of ints (shape checks such as nn.RNN's `hx.size() != expected`),
-        element by element: no list on the host (the compiled host has none to compare), and items
-        that are the same value or equal constants fold away."""
-        equal = kind == "aten::eq"
-        if len(left) != len(right):
-            self.bind(node.output(), Constant(not equal))
-            return
-        element, combine = ("aten::eq.int", "aten::__and__.bool") if equal else ("aten::ne.int", "aten::__or__.bool")
-        result: Any = Constant(equal)
-        for a, b in zip(left, right):
-            if a is b or same_constant(a, b):
-                continue
-            item = self.emit_host(element, (a, b), "bool", source)
-            result = item if isinstance(result, Constant) else self.emit_host(combine, (result, item), "bool", source)
-            if isinstance(result, Constant) and result.value != equal:
-                break  # one element decides
-        self.bind(node.output(), result)
-
-    def emit_host(self, target: str, args: tuple, kind: str, source: str) -> Any:
-        if all(isinstance(a, Constant) for a in args):
-            return Constant(scalar_ops.lookup(target).function(*(a.value for a in args)))
-        try:
-            hint = scalar_ops.lookup(target).function(*(hint_of(a) for a in args))
-        except Exception:
-            hint = 1
-        value = self.new_value(ScalarType(kind, hint), "")
-        self.nodes.append(HostOp(target, args, (value,), source))
-        return value
-
-    def visit_range_length(self, node: torch._C.Node, entries: list, source: str) -> None:
-        low, high, step = entries
-        if not (isinstance(step, Constant) and step.value > 0):
-            raise UnsupportedOpError("range() with a run-time or negative step", source)
-        # max(0, ceil((high - low) / step)) as (high - low + step - 1) // step, clamped at 0.
-        span = self.emit_host("aten::sub.int", (high, low), "int", source)
-        span = self.emit_host("aten::add.int", (span, Constant(step.value - 1)), "int", source)
-        count = self.emit_host("aten::floordiv.int", (span, step), "int", source)
-        self.bind(node.output(), self.emit_host("prim::max.int", (count, Constant(0)), "int", source))
 
     def visit_tensor_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
         schema = overload._schema
@@ -1145,21 +561,6 @@ class _Specializer:
                 narrowed[value] = current
         return narrowed
 
-    def visit_tensor_query(
-        self, node: torch._C.Node, overload: Any, args: list, kwargs: list, target: str, source: str
-    ) -> None:
-        """An op that reads a tensor's metadata into a scalar (`numel`, `is_contiguous`, ...).
-
-        The answer is known at export time when it does not depend on a dynamic dim.
-        """
-        values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
-        if target == "aten::numel.default" and isinstance(args[0], Value):
-            self.bind(node.output(), self.numel_of(args[0], source))
-            return
-        if any(is_dynamic(v) for v in values_in):
-            raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
-        self.bind_constants(node, call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target))
-
     def bind_constants(self, node: torch._C.Node, result: Any) -> None:
         """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
         outputs = list(node.outputs())
@@ -1212,53 +613,6 @@ class _Specializer:
         if isinstance(value, (list, tuple)) and any(isinstance(item, (torch.Tensor, list, tuple)) for item in value):
             return type(value)(self.meta_constant(item) for item in value)
         return value
-
-
-# Conversions of a host scalar to its own kind, which leave it as it is.
-_SCALAR_CONVERSIONS = {"aten::Int": "int", "aten::Float": "float", "aten::Bool": "bool"}
-
-# PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
-_EMPTY_LIST_ERRORS = {
-    "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
-    "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
-}
-INT64_MAX = 2**63 - 1
-# Loops whose every decision is known at export time are unrolled up to this many iterations (each
-# iteration's ops are emitted again; a longer loop stays a loop).
-UNROLL_LIMIT = 64
-
-# List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
-_STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
-
-
-def _int_items(entry: Any) -> tuple | None:
-    """The items of a list of ints (constant, or a fixed-length list with run-time items), else None."""
-    if isinstance(entry, Constant) and isinstance(entry.value, list):
-        values = entry.value
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return tuple(Constant(v) for v in values)
-        return None
-    if isinstance(entry, ListArg):
-        for item in entry.items:
-            is_int = isinstance(item, Constant) and isinstance(item.value, int) and not isinstance(item.value, bool)
-            if not (is_int or (isinstance(item, Value) and item.type == ScalarType("int"))):
-                return None
-        return entry.items
-    return None
-
-
-def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
-    """An uninitialized value takes the tuple structure of the other side's entry. TorchScript yields
-    one (`prim::Uninitialized`) on the side of a branch that does not `return`; when the returned
-    value is a tuple (`return output, output_id` inside SDN's loop over blocks), the other side's
-    entry is a TupleEntry."""
-
-    def like(entry: Any, other: Any) -> Any:
-        if isinstance(entry, Constant) and entry.value is UNINITIALIZED and isinstance(other, TupleEntry):
-            return TupleEntry(tuple(like(Constant(UNINITIALIZED), item) for item in other.items))
-        return entry
-
-    return like(a, b), like(b, a)
 
 
 # The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
@@ -1379,10 +733,3 @@ def _constant_structure(entry: Any) -> Any:
         items = tuple(_constant_structure(item) for item in entry.items)
         return type(entry)(items)
     return entry
-
-
-def _dim_error(dim: int, rank: int) -> str:
-    """PyTorch's message for `size(dim)` with a dim the tensor does not have."""
-    if rank == 0:
-        return f"IndexError: Dimension specified as {dim} but tensor has no dimensions"
-    return f"IndexError: Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"

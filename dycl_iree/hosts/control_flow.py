@@ -1,0 +1,305 @@
+"""The compiled host's control flow: Program `If`s as `torch.prim.If`, `Loop`s as the while-like
+`torch.prim.Loop` IREE 3.13 lowers right, with `util.optimization_barrier`s where IREE's conversions
+of `scf.while` break (README, "Known traps": the loop-narrowing crash and the zero-tensor loop).
+"""
+
+from __future__ import annotations
+
+from ..program import Arg, Block, Constant, If, Loop, Value, arg_values, iter_nodes, node_inputs, sub_blocks
+from .types import INT64_MAX, mlir_type
+
+
+class ControlFlowEmitter:
+    """Branches and loops of `main` (a mixin of the compiled host's emitter)."""
+
+    def region_results(self, block: Block, types: list[str]) -> list[str]:
+        return [self.operand(arg, want)[0] for arg, want in zip(block.results, types)]
+
+    def if_(self, node: If) -> None:
+        condition, _ = self.operand(node.condition, "!torch.bool")
+        types = [mlir_type(v.type) for v in node.outputs]
+        result = self.fresh()
+        count = len(types)
+        prefix = "" if count == 0 else (f"{result} = " if count == 1 else f"{result}:{count} = ")
+        self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(types)}) {{")
+        self.where.append(self.located(node.label, node.source))
+        for index, block in enumerate((node.then_block, node.else_block)):
+            if index == 1:
+                self.emit("} else {")
+            self.depth += 1
+            saved = dict(self.names), dict(self.types)
+            self.block(block)
+            yields = self.apart(self.region_results(block, types), types, alone=True)
+            suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
+            self.emit(f"torch.prim.If.yield{suffix}")
+            self.names, self.types = saved
+            self.depth -= 1
+        self.emit(f"}} loc({self.where.pop()})")
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+
+    def loop(self, node: Loop) -> None:
+        """A loop as `scf.if (start) { scf.while do-while }`, its carried values in builtin types.
+
+        Written out here rather than as `torch.prim.Loop`: torch-mlir lowers that to an `scf.while`
+        whose first argument is the carried condition, which IREE 3.13 lowers right in only some
+        places; elsewhere its stream conversion shifts the other arguments by one ("failed to legalize
+        unresolved target materialization from ('i64') to ('!stream.resource<*>', 'index')", about 8%
+        of the fuzzer's programs, e.g. a `for` with a `break` inside an `if`). The do-while form, body
+        in the `before` region and the condition computed there, is the one IREE handles everywhere,
+        and an `scf.while` has none of `torch.prim.Loop`'s trip-count traps (ENVIRONMENT.md).
+        """
+        carried = ["!torch.int", *[mlir_type(v.type) for v in node.outputs]]
+        builtins = [_builtin_type(type_text) for type_text in carried]
+        if None in builtins:
+            return self.prim_loop(node)
+        types = carried[1:]
+        trip, _ = self.operand(node.trip_count, "!torch.int")
+        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        zero = self.constant(0, None)[0]
+        start = self.loop_condition(zero, trip, node.condition)
+        start_bit = self.to_builtin(start, "!torch.bool")
+        initial = self.apart(initial, types)
+        entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
+        listed = ", ".join(builtins)
+        count = len(builtins)
+        result, looped = self.fresh(), self.fresh()
+        self.emit(f"{result}:{count} = scf.if {start_bit} -> ({listed}) {{")
+        self.depth += 1
+        arguments = [self.fresh() for _ in builtins]
+        bindings = ", ".join(f"{a} = {v}" for a, v in zip(arguments, entry_values))
+        self.emit(f"{looped}:{count} = scf.while ({bindings}) : ({listed}) -> ({listed}) {{")
+        self.depth += 1
+        self.where.append(self.located(node.label, node.source))
+        saved = dict(self.names), dict(self.types)
+        read = _values_read(node.body)
+        unread = [False] + [param not in read for param in node.body.params[1:]]
+        kept = self.barrier_all(arguments, builtins, unread=unread)
+        counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
+        following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        go_bit = self.to_builtin(go, "!torch.bool")
+        next_values = self.apart(next_values, types)
+        next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
+        next_builtins = [self.builtin_barrier(n, b) for n, b in zip(next_builtins, builtins)]
+        self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
+        self.names, self.types = saved
+        self.depth -= 1
+        after = [self.fresh() for _ in builtins]
+        self.emit("} do {")
+        self.emit(f"^bb0({', '.join(f'{a}: {t}' for a, t in zip(after, builtins))}):")
+        self.emit(f"  scf.yield {', '.join(after)} : {listed}")
+        self.emit(f"}} loc({self.where[-1]})")  # an error about the scf.while names the loop
+        self.emit(f"scf.yield {', '.join(f'{looped}#{i}' for i in range(count))} : {listed}")
+        self.depth -= 1
+        self.emit("} else {")
+        self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
+        self.emit(f"}} loc({self.where.pop()})")
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
+
+    def loop_condition(self, counter: str, trip: str, condition: Arg) -> str:
+        """`counter < trip and condition` (the condition left out when it is the constant true)."""
+        go = self.fresh()
+        self.emit(f"{go} = torch.aten.lt.int {counter}, {trip} : !torch.int, !torch.int -> !torch.bool")
+        if not (isinstance(condition, Constant) and condition.value is True):
+            keep_going, _ = self.operand(condition, "!torch.bool")
+            both = self.fresh()
+            self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
+            go = both
+        return go
+
+    def loop_body(
+        self, node: Loop, counter: str, params: list[str], types: list[str], trip: str
+    ) -> tuple[str, list[str], str]:
+        """One iteration: the body on (counter, *params); returns the next counter, the next carried
+        values and whether to go on (`counter + 1 < trip and body_condition`)."""
+        index_param, *carried_params = node.body.params
+        self.define(index_param, counter, "!torch.int")
+        for value, name, type_text in zip(carried_params, params, types):
+            self.define(value, name, type_text)
+        self.block(node.body)
+        next_values = [self.operand(arg, want)[0] for arg, want in zip(node.body.results[1:], types)]
+        one = self.constant(1, None)[0]
+        following = self.fresh()
+        self.emit(f"{following} = torch.aten.add.int {counter}, {one} : !torch.int, !torch.int -> !torch.int")
+        return following, next_values, self.loop_condition(following, trip, node.body.results[0])
+
+    def apart(self, names: list[str], types: list[str], alone: bool = False) -> list[str]:
+        """`names`, each tensor behind an optimization barrier where tensors cross a branch or loop edge.
+
+        Two IREE 3.13 bugs. (1) IREE packs tensors made in one execution region into one
+        allocation; a VM branch then passes that buffer twice, and its register allocator moves the
+        ref out of one block argument into the other: the next copy reads a null buffer
+        (OUT_OF_RANGE in `hal.command_buffer.copy_buffer`; iree-org/iree#24753). (2) An `scf.if`
+        whose sides only yield values from outside it becomes an `arith.select` of tensors, which
+        reads both with one side's shape: where the sides' dynamic sizes differ, the result is
+        silently wrong (`h = x if c else y`, x and y of other batch sizes). A barrier gives each
+        tensor its own ref and keeps the `scf.if`. (1) needs it where two or more tensors cross
+        together, (2) on a tensor with a dynamic dim that leaves an `if` alone (`alone`; tensors of
+        static shape have the same shape on both sides).
+        """
+        tensors = [type_text.startswith("!torch.vtensor") and _builtin_type(type_text) for type_text in types]
+        if sum(map(bool, tensors)) < 2:
+            tensors = [bool(alone and builtin and "?" in builtin) for builtin in tensors]
+        return [self.barrier(name, kind) if builtin else name for name, kind, builtin in zip(names, types, tensors)]
+
+    def barrier_all(self, names: list[str], builtins: list[str], unread: list[bool] | None = None) -> list[str]:
+        """`names` (builtin-typed), each through its own `util.optimization_barrier`.
+
+        An `scf.while` must keep as many `before` arguments as results, of the same types: IREE
+        3.13's stream conversion (`ScfWhileOpConversion`) converts both regions with the signature
+        of the loop's operands, so a loop that MLIR's canonicalizer narrowed (a carried value the
+        body overwrites without reading, like the value of a `return` inside the loop, loses its
+        `before` argument; a value yielded twice or from outside the loop loses its result) makes
+        iree-compile crash (SIGSEGV in `applySignatureConversion`) or fail ("failed to legalize
+        unresolved materialization from () to ('index')"). Used at the top of the body (`unread`
+        says which carried values the body never reads): every scalar and every tensor the body
+        does not read goes through a barrier, a tensor's dynamic sizes too (IREE carries them as
+        loop arguments of their own, which the canonicalizer drops when nothing reads them).
+        With the barriers `loop` puts on every value the body passes on, nothing is left to narrow.
+        One barrier per value: a barrier of several values must keep their types, which the stream
+        conversion breaks (each tensor gets its own resource lifetime).
+        """
+        kept = []
+        for position, (name, builtin) in enumerate(zip(names, builtins)):
+            if unread is not None and builtin.startswith("tensor<") and not unread[position]:
+                # At the top of the body, only a tensor the body never reads goes through a
+                # barrier (it would lose its argument). One the body reads keeps its argument,
+                # and a barrier there made IREE hand the loop a zero tensor in place of a value
+                # from an enclosing `if` or loop (three nested loops started from zeros; `h`
+                # rewritten by an `if`, then a loop with a `break`).
+                kept.append(name)
+            else:
+                kept.append(self.builtin_barrier(name, builtin, sizes_too=True))
+        return kept
+
+    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
+        """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
+        (iree-compile fails on a barrier of a dynamically shaped tensor otherwise: "'tensor.dim' op
+        unexpected during shape cleanup")."""
+        dims = []
+        sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
+        for position, size in enumerate(sizes):
+            if size == "?":
+                index, dim = self.fresh(), self.fresh()
+                self.emit(f'{index} = "arith.constant"() {{value = {position} : index}} : () -> index')
+                self.emit(f'{dim} = "tensor.dim"({name}, {index}) : ({builtin}, index) -> index')
+                # The size goes through the barrier too: IREE carries a dynamic dim of a loop-carried
+                # tensor as a loop argument of its own (ExpandTensorShapes), which the canonicalizer
+                # drops again when nothing in the body reads it, and the loop is narrowed anyway.
+                if sizes_too:
+                    kept_dim = self.fresh()
+                    self.emit(f'{kept_dim} = "util.optimization_barrier"({dim}) : (index) -> index')
+                    dim = kept_dim
+                dims.append(dim)
+        kept = self.fresh()
+        self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
+        if dims:
+            tied = self.fresh()
+            operands = ", ".join([kept, *dims])
+            dim_types = ", ".join([builtin] + ["index"] * len(dims))
+            self.emit(f'{tied} = "flow.tensor.tie_shape"({operands}) : ({dim_types}) -> {builtin}')
+            kept = tied
+        return kept
+
+    def barrier(self, name: str, type_text: str) -> str:
+        """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
+        builtin = _scalar_or_builtin(type_text)
+        return self.from_builtin(self.builtin_barrier(self.to_builtin(name, type_text), builtin), type_text)
+
+    def to_builtin(self, name: str, type_text: str) -> str:
+        op = _TO_BUILTIN.get(type_text, "torch_c.to_builtin_tensor")
+        return self.converted(op, name, type_text, _scalar_or_builtin(type_text))
+
+    def from_builtin(self, name: str, type_text: str) -> str:
+        op = _FROM_BUILTIN.get(type_text, "torch_c.from_builtin_tensor")
+        return self.converted(op, name, _scalar_or_builtin(type_text), type_text)
+
+    def converted(self, op: str, name: str, have: str, want: str) -> str:
+        result = self.fresh()
+        self.emit(f'{result} = "{op}"({name}) : ({have}) -> {want}')
+        return result
+
+    def prim_loop(self, node: Loop) -> None:
+        """The loop as `torch.prim.Loop` (carried tensors of dtypes `_builtin_type` does not map)."""
+        trip, _ = self.operand(node.trip_count, "!torch.int")
+        types = [mlir_type(v.type) for v in node.outputs]
+        initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        zero = self.constant(0, None)[0]
+        start = self.loop_condition(zero, trip, node.condition)
+        # The barrier keeps the start condition from folding to a constant (IREE 3.13 loop trap).
+        guarded = self.barrier(start, "!torch.bool")
+        maximum = self.fresh()
+        self.emit(f"{maximum} = torch.constant.int {INT64_MAX}")
+        result = self.fresh()
+        carried_types = ["!torch.int", *types]
+        self.emit(
+            f"{result}:{len(carried_types)} = torch.prim.Loop {maximum}, {guarded}, "
+            f"init({', '.join([zero, *initial])}) {{"
+        )
+        index_name, counter = self.fresh(), self.fresh()
+        params = [self.fresh() for _ in types]
+        block_args = [f"{index_name}: !torch.int", f"{counter}: !torch.int"]
+        block_args += [f"{p}: {t}" for p, t in zip(params, types)]
+        self.emit(f"^bb0({', '.join(block_args)}):")
+        self.depth += 1
+        self.where.append(self.located(node.label, node.source))
+        saved = dict(self.names), dict(self.types)
+        following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        self.emit(
+            f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : {', '.join(carried_types)})"
+        )
+        self.names, self.types = saved
+        self.depth -= 1
+        self.emit(f"}} : (!torch.int, !torch.bool, {', '.join(carried_types)}) -> ({', '.join(carried_types)})")
+        self.where.pop()
+        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
+            self.define(value, f"{result}#{position + 1}", type_text)
+
+
+def _values_read(block: Block) -> set[Value]:
+    """Every Value that `block` or a block nested in it reads (node inputs and block results)."""
+    read: set[Value] = set()
+    for node in iter_nodes(block):
+        read.update(node_inputs(node))
+        for inner in sub_blocks(node):
+            for result in inner.results:
+                read.update(arg_values(result))
+    for result in block.results:
+        read.update(arg_values(result))
+    return read
+
+
+_TO_BUILTIN = {"!torch.int": "torch_c.to_i64", "!torch.bool": "torch_c.to_i1", "!torch.float": "torch_c.to_f64"}
+
+
+_FROM_BUILTIN = {"!torch.int": "torch_c.from_i64", "!torch.bool": "torch_c.from_i1", "!torch.float": "torch_c.from_f64"}
+
+
+_BUILTIN_SCALARS = {"!torch.int": "i64", "!torch.bool": "i1", "!torch.float": "f64"}
+
+
+_BUILTIN_ELEMENTS = {
+    **{name: name for name in ("f32", "f64", "f16", "bf16", "i1")},
+    **{f"si{bits}": f"i{bits}" for bits in (64, 32, 16, 8)},
+}
+
+
+def _scalar_or_builtin(type_text: str) -> str | None:
+    """`_builtin_type`, scalars looked up first: a barrier on an int or bool needs no tensor mapping."""
+    return _BUILTIN_SCALARS.get(type_text) or _builtin_type(type_text)
+
+
+def _builtin_type(type_text: str) -> str | None:
+    """The builtin MLIR type torch_c converts a torch type to (`!torch.vtensor<[1,?],f32>` ->
+    `tensor<1x?xf32>`), or None where this host does not map it (unsigned tensors)."""
+    if type_text in _BUILTIN_SCALARS:
+        return _BUILTIN_SCALARS[type_text]
+    if not type_text.startswith("!torch.vtensor<["):
+        return None
+    dims, element = type_text[len("!torch.vtensor<[") : -1].split("],")
+    builtin = _BUILTIN_ELEMENTS.get(element)
+    if builtin is None:
+        return None
+    shape = "x".join(dims.split(",")) if dims else ""
+    return f"tensor<{shape}x{builtin}>" if shape else f"tensor<{builtin}>"

@@ -1,0 +1,272 @@
+"""Specialize's control flow: data-dependent `prim::If` and `prim::Loop` become Program `If`s and
+`Loop`s; those the types decide are folded, and loops whose every decision is known are unrolled.
+
+What a branch or loop mutates becomes an extra result or carried value; a value TorchScript leaves
+uninitialized on one side (the result of a `return` inside a loop) gets a stand-in of its type.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from ..errors import DyclError, SpecializeError
+from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, Loop, ScalarType, TensorType, Type, Value
+from .aliasing import mutated_outer
+from .mutation import mark_stale
+from .schemas import source_of
+from .stand_ins import reuse_parameters
+from .values import (
+    INT64_MAX,
+    UNINITIALIZED,
+    TupleEntry,
+    flatten_entries,
+    join_types,
+    same_constant,
+    type_of,
+    unflatten_entries,
+)
+
+
+class ControlFlow:
+    """Visiting `prim::If` and `prim::Loop` (a mixin of the specializer)."""
+
+    def visit_if(self, node: torch._C.Node) -> None:
+        condition = self.entry(node.input())
+        then_block, else_block = node.blocks()
+        if isinstance(condition, Constant):
+            chosen = then_block if condition.value else else_block
+            self.visit_nodes(chosen.nodes())
+            if not self.raised:
+                for output, result in zip(node.outputs(), chosen.outputs()):
+                    self.bind(output, self.entry(result))
+            return
+        label = f"if{next(self.labels)}"
+        mutated = mutated_outer([then_block, else_block])
+        saved_env = dict(self.env)
+        then_nodes, then_results, then_raised = self.sub_block(then_block, (), mutated)
+        self.env = dict(saved_env)
+        else_nodes, else_results, else_raised = self.sub_block(else_block, (), mutated)
+        self.env = saved_env
+        source = source_of(node)
+        if not then_raised and not else_raised:
+            pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
+            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in pairs]
+            then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
+        then_leaves, structure = flatten_entries(then_results)
+        else_leaves, else_structure = flatten_entries(else_results)
+        if not then_raised and not else_raised and structure != else_structure:
+            raise SpecializeError(f"the two sides of a branch return differently shaped tuples ({source})")
+        if then_raised:
+            structure = else_structure
+        outputs: list[Value] = []
+        joined: list[Any] = []
+        then_yield: list[Arg] = []
+        else_yield: list[Arg] = []
+        for index in range(len(else_leaves if then_raised else then_leaves)):
+            a = None if then_raised else then_leaves[index]
+            b = None if else_raised else else_leaves[index]
+            if a is not None and b is not None and same_constant(a, b):
+                joined.append(a)
+                continue
+            type_a = None if a is None else type_of(a, source)
+            type_b = None if b is None else type_of(b, source)
+            type_ = join_types(type_a, type_b, source)
+            if type_ is None:
+                joined.append(a if a is not None else b)
+                continue
+            value = self.new_value(type_, "r")
+            outputs.append(value)
+            joined.append(value)
+            # A side that raised yields a stand-in too: the compiled host's `if` must yield a value.
+            then_yield.append(self.stand_in(Constant(UNINITIALIZED) if a is None else a, type_, then_nodes, source))
+            else_yield.append(self.stand_in(Constant(UNINITIALIZED) if b is None else b, type_, else_nodes, source))
+        self.nodes.append(
+            If(
+                condition,
+                Block((), tuple(then_nodes), tuple(then_yield)),
+                Block((), tuple(else_nodes), tuple(else_yield)),
+                tuple(outputs),
+                label,
+                source,
+            )
+        )
+        if then_raised and else_raised:
+            self.raised = True
+            return
+        rebuilt = unflatten_entries(structure, joined)
+        ts_outputs = list(node.outputs())
+        for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
+            self.bind(output, entry)
+        for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
+            self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+    def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
+        """`entry`, or where it is uninitialized a value of `type_` in its place (appended to `nodes`).
+
+        TorchScript leaves a value uninitialized on the side of a branch after which it is never
+        read (the results of a `return` inside a loop, on the side that did not return). The
+        Python host passes None along; the compiled host's `torch.prim.If` must yield a value of
+        the result's type, so it gets a zero (a `STAND_IN` host op: a constant tensor there made
+        iree-compile reject the branch, '!stream.resource<constant>' against '<external>')."""
+        if not (isinstance(entry, Constant) and entry.value is UNINITIALIZED):
+            return entry
+        if isinstance(type_, ScalarType) and type_.kind in ("int", "float", "bool"):
+            return Constant({"int": 0, "float": 0.0, "bool": False}[type_.kind])
+        if isinstance(type_, TensorType):
+            value = self.new_value(type_, "unset")
+            nodes.append(HostOp(STAND_IN, (), (value,), source))
+            return value
+        return entry
+
+    def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
+        """Unroll a loop whose every decision is known at export time; False (nothing emitted) if not.
+
+        `for i in range(x.size(0))` over a static dim, or `while i < 3` over a constant `i`, decides
+        nothing at run time: unrolled, each iteration sees its index as a constant, so a value that
+        is None before the loop and set in it (torchaudio's emformer), a list that grows, or sizes
+        computed from the index fold as they do in the literal `range(3)`, which TorchScript
+        unrolls itself. A loop that exits on a run-time condition, or runs more than
+        `UNROLL_LIMIT` iterations, stays a loop (the walk so far is undone).
+        """
+        if not (isinstance(condition, Constant) and isinstance(trip_count, Constant)):
+            return False
+        if UNROLL_LIMIT < trip_count.value < INT64_MAX:
+            return False
+        (body,) = node.blocks()
+        label = next(self.labels)
+        self.labels = itertools.count(label)
+        saved = (len(self.nodes), dict(self.env), dict(self.dim_sources), dict(self.views), self.raised)
+
+        def undo() -> bool:
+            length, self.env, self.dim_sources, self.views, self.raised = saved
+            del self.nodes[length:]
+            self.labels = itertools.count(label)  # the loop's labels are those it had not unrolled
+            return False
+
+        entries = list(carried)
+        for index in itertools.count():
+            if index == trip_count.value:
+                break
+            if index == UNROLL_LIMIT:
+                return undo()
+            for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
+                self.bind(ts_param, entry)
+            try:
+                self.visit_nodes(body.nodes())
+            except DyclError:
+                # Visited as a loop (index and carried values known only at run time), the body
+                # may still export: the loop's own path decides.
+                return undo()
+            if self.raised:
+                return True  # every input that reaches this iteration raises: nothing after it runs
+            keep_going, *entries = [self.entry(v) for v in body.outputs()]
+            if not isinstance(keep_going, Constant):
+                return undo()
+            if not keep_going.value:
+                break
+        for output, entry in zip(node.outputs(), entries):
+            self.bind(output, entry)
+        return True
+
+    def visit_loop(self, node: torch._C.Node) -> None:
+        inputs = [self.entry(v) for v in node.inputs()]
+        trip_count, condition, carried = inputs[0], inputs[1], inputs[2:]
+        (body,) = node.blocks()
+        source = source_of(node)
+        ts_outputs = list(node.outputs())
+        if (isinstance(condition, Constant) and not condition.value) or (
+            isinstance(trip_count, Constant) and trip_count.value <= 0
+        ):
+            for output, entry in zip(ts_outputs, carried):
+                self.bind(output, entry)
+            return
+        if self.unroll(node, trip_count, condition, carried):
+            return
+        label = f"loop{next(self.labels)}"
+        mutated = mutated_outer([body])
+        initial = list(carried) + [self.entry(m) for m in mutated]
+        initial_leaves, structure = flatten_entries(initial)
+        initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
+        types = [type_of(leaf, source) for leaf in initial_leaves]
+        for _attempt in range(8):
+            index = self.new_value(ScalarType("int", 0), "i")
+            params = [self.new_value(t, "c") for t in types]
+            saved_env = dict(self.env)
+            entries = unflatten_entries(structure, params)
+            for ts_value, entry in zip(mutated, entries[len(carried) :]):
+                self.bind(ts_value, entry)
+            body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
+            self.env = saved_env
+            if raised:
+                raise SpecializeError(f"a loop body that always raises ({source})")
+            result_leaves, result_structure = flatten_entries(results[1:])
+            if result_structure != structure:
+                # A `return` inside the loop: TorchScript carries the returned tuple, uninitialized
+                # until the body returns; it takes the structure of what the body returns.
+                adapted = [_uninitialized_like(a, b)[0] for a, b in zip(initial, results[1:])]
+                if flatten_entries(adapted)[1] != structure:
+                    initial = adapted
+                    initial_leaves, structure = flatten_entries(initial)
+                    types = [type_of(leaf, source) for leaf in initial_leaves]
+                    continue
+                # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
+                reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                if flatten_entries(reconciled)[1] == structure:
+                    raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
+                initial = reconciled
+                initial_leaves, structure = flatten_entries(initial)
+                initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
+                types = [type_of(leaf, source) for leaf in initial_leaves]
+                continue
+            new_types = [join_types(t, type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
+            if new_types == types:
+                break
+            types = new_types
+        else:
+            raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
+        outputs = tuple(self.new_value(t, "c") for t in types)
+        # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
+        body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
+        # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
+        # starts as a stand-in of its type: the compiled host's loop must carry a value.
+        initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
+        self.nodes.append(
+            Loop(
+                trip_count,
+                condition,
+                tuple(initial_leaves),
+                Block((index, *params), tuple(body_nodes), (results[0], *result_leaves)),
+                outputs,
+                label,
+                source,
+            )
+        )
+        rebuilt = unflatten_entries(structure, list(outputs))
+        for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
+            self.bind(output, entry)
+        for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
+            self.bind(ts_value, entry)
+        mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+
+# Loops whose every decision is known at export time are unrolled up to this many iterations (each
+# iteration's ops are emitted again; a longer loop stays a loop).
+UNROLL_LIMIT = 64
+
+
+def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
+    """An uninitialized value takes the tuple structure of the other side's entry. TorchScript yields
+    one (`prim::Uninitialized`) on the side of a branch that does not `return`; when the returned
+    value is a tuple (`return output, output_id` inside SDN's loop over blocks), the other side's
+    entry is a TupleEntry."""
+
+    def like(entry: Any, other: Any) -> Any:
+        if isinstance(entry, Constant) and entry.value is UNINITIALIZED and isinstance(other, TupleEntry):
+            return TupleEntry(tuple(like(Constant(UNINITIALIZED), item) for item in other.items))
+        return entry
+
+    return like(a, b), like(b, a)

@@ -1,0 +1,212 @@
+"""Specialize's lists of tensors whose length is known only at run time (`TensorList`s).
+
+A list of tensors that grows in a loop, or whose length differs between the sides of a branch, is
+carried as one tensor: its items stacked on dim 0. Appends become a `cat`, `xs[i]` a `select`,
+`torch.stack(xs)` / `torch.cat(xs)` a view of the stacked tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import SpecializeError, UnsupportedOpError
+from ..guards import CHECK_INDEX
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
+from .schemas import overload_of, source_of, torch_dtype
+from .values import (
+    INT64_MAX,
+    TensorList,
+    TupleEntry,
+    element_type,
+    hint_of,
+    holds_only_tensors,
+    tensor_type_of,
+    value_name,
+)
+
+
+class TensorLists:
+    """Lists of tensors of run-time length (a mixin of the specializer)."""
+
+    def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
+        """Make two paths' entries for one value agree in structure: lists of tensors whose lengths
+        differ become TensorLists on both paths (stacked at the end of each path's nodes)."""
+        if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
+            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
+            return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
+        if not (isinstance(a, (ListArg, TensorList)) and isinstance(b, (ListArg, TensorList))):
+            return a, b
+        if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
+            pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
+            return ListArg(tuple(x for x, _ in pairs)), ListArg(tuple(y for _, y in pairs))
+        if not (holds_only_tensors(a) and holds_only_tensors(b)):
+            raise SpecializeError(
+                f"a list whose length depends on the path holds something other than tensors ({source}): "
+                "only lists of tensors, ints, floats or bools can change length at run time"
+            )
+        types = [self.list_element_type(entry) for entry in (a, b)]
+        known = [t for entry_types in types for t in entry_types]
+        if not known:
+            raise SpecializeError(f"a list of tensors that stays empty on every path changes structure ({source})")
+        element = element_type(known, source)
+        saved = self.nodes
+        try:
+            self.nodes = nodes_a
+            a = self.tensor_list(a, element, source)
+            self.nodes = nodes_b
+            b = self.tensor_list(b, element, source)
+        finally:
+            self.nodes = saved
+        return a, b
+
+    @staticmethod
+    def list_element_type(entry: Any) -> list[TensorType]:
+        if isinstance(entry, TensorList):
+            type_ = entry.value.type
+            return [TensorType(type_.dtype, type_.shape[1:], type_.hint[1:])]
+        return [tensor_type_of(item) for item in entry.items]
+
+    def tensor_list(self, entry: Any, element: TensorType | None, source: str) -> TensorList:
+        """`entry` as a TensorList: its tensors stacked on dim 0 (in `self.nodes`)."""
+        if isinstance(entry, TensorList):
+            return entry
+        items = [self.materialize(item, source) for item in entry.items]
+        types = [tensor_type_of(item) for item in items] + ([element] if element is not None else [])
+        if not types:
+            raise SpecializeError(f"an empty list of tensors whose element type is unknown ({source})")
+        element = element_type(types, source)
+        if not items:
+            if any(d is None for d in element.shape):
+                raise SpecializeError(
+                    f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic "
+                    f"size ({source}): start it with its first tensor instead of []"
+                )
+            empty = torch.zeros((0, *element.shape), dtype=torch_dtype(element.dtype))
+            return TensorList(self.materialize(Constant(empty), source))
+        stack = overload_of("aten::stack.default")
+        (stacked,) = self.emit_tensor_op(stack, [ListArg(tuple(items)), Constant(0)], [], source, name="stacked")
+        return TensorList(stacked)
+
+    def append_to_tensor_list(self, items: TensorList, item: Any, source: str) -> TensorList:
+        item = self.materialize(item, source)
+        type_ = tensor_type_of(item)
+        if type_ is None:
+            raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
+        element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
+        unsqueeze, cat = overload_of("aten::unsqueeze.default"), overload_of("aten::cat.default")
+        (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
+        (grown,) = self.emit_tensor_op(cat, [ListArg((items.value, row)), Constant(0)], [], source, name="stacked")
+        return TensorList(grown)
+
+    def list_length(self, items: TensorList, source: str) -> Any:
+        length = items.value.type.shape[0]
+        if length is not None:
+            return Constant(length)
+        value = self.new_value(ScalarType("int", items.value.type.hint[0]), "len")
+        self.nodes.append(HostOp("aten::size.int", (items.value, Constant(0)), (value,), source))
+        return value
+
+    def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
+        """List arithmetic on lists of tensors (`[x] + [y] * k`, slices) and `stack`/`cat` of a TensorList."""
+        kind = node.kind()
+        if kind in ("aten::stack", "aten::cat") and isinstance(entries[0], TensorList):
+            stacked = entries[0].value
+            length = self.list_length(entries[0], source)
+            if not isinstance(length, Constant):
+                # PyTorch refuses an empty list here; the stacked form would give an empty tensor.
+                message = _EMPTY_LIST_ERRORS[kind]
+                check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
+                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+            rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
+            dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
+            if not isinstance(dim, int):
+                raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
+            dim %= max(rank, 1)
+            result = stacked
+            if dim != 0:
+                movedim = overload_of("aten::movedim.int")
+                (result,) = self.emit_tensor_op(movedim, [result, Constant(0), Constant(dim)], [], source)
+            if kind == "aten::cat":
+                flatten = overload_of("aten::flatten.using_ints")
+                (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
+            self.bind(node.output(), result)
+            return
+        if kind == "aten::add" and any(isinstance(e, TensorList) for e in entries):
+            # xs + [x] (or [x] + xs) with xs of run-time length: both stacked, then one cat.
+            element = self.list_element_type(next(e for e in entries if isinstance(e, TensorList)))[0]
+            left, right = (self.tensor_list(e, element, source) for e in entries)
+            cat = overload_of("aten::cat.default")
+            (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
+            self.bind(node.output(), TensorList(joined))
+            return
+        if any(isinstance(e, TensorList) for e in entries) or not all(
+            isinstance(e, (ListArg, Constant)) for e in entries
+        ):
+            raise UnsupportedOpError(kind, source, detail="on a list of tensors whose length is known only at run time")
+        lists = [e if isinstance(e, ListArg) else e.value for e in entries]
+        items = [e.items if isinstance(e, ListArg) else None for e in entries]
+        if kind == "aten::add":
+            result = items[0] + items[1]
+        elif kind == "aten::mul":
+            count, listed = (lists[1], items[0]) if items[0] is not None else (lists[0], items[1])
+            result = listed * count
+        elif kind == "aten::slice":
+            bounds = [lists[i] if i < len(lists) else None for i in (1, 2, 3)]
+            result = items[0][slice(*bounds)]
+        else:
+            raise UnsupportedOpError(kind, source, detail="on a list of tensors")
+        self.bind(node.output(), ListArg(tuple(result)))
+
+    def visit_append(self, node: torch._C.Node, entries: list, source: str) -> None:
+        items, item = entries
+        if isinstance(items, (ListArg, TensorList)):
+            # A list of tensors (or of lists): appended in straight-line code it stays one value per
+            # item; a TensorList grows by a `cat`.
+            if isinstance(items, ListArg):
+                grown: Any = ListArg(items.items + (item,))
+            else:
+                grown = self.append_to_tensor_list(items, item, source)
+            self.bind(node.inputsAt(0), grown)
+            self.bind(node.output(), grown)
+            return
+        if not isinstance(items, Value):
+            raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
+        hint = tuple(items.type.hint) + (hint_of(item),)
+        value = self.new_value(ListType(items.type.element, hint), value_name(node.inputsAt(0)))
+        self.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
+        # SSA: the list value itself now means the appended list.
+        self.bind(node.inputsAt(0), value)
+        self.bind(node.output(), value)
+
+    def visit_getitem(self, node: torch._C.Node) -> None:
+        subject, index = (self.entry(v) for v in node.inputs())
+        source = source_of(node)
+        if isinstance(subject, ListArg) and isinstance(index, Constant):
+            if not -len(subject.items) <= index.value < len(subject.items):
+                raise SpecializeError(
+                    f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"
+                )
+            self.bind(node.output(), subject.items[index.value])
+        elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
+            stacked = self.tensor_list(subject, None, source)
+            if isinstance(index, Constant) and index.value < 0:
+                length = self.list_length(stacked, source)
+                index = self.emit_host("aten::add.int", (length, index), "int", source)
+            select = overload_of("aten::select.int")
+            (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
+            self.bind(node.output(), item)
+        else:
+            self.visit_op(node)
+
+
+# PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
+_EMPTY_LIST_ERRORS = {
+    "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
+    "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
+}
+
+
+# List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
+STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
