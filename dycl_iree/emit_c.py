@@ -11,7 +11,10 @@ whose parameters are the model's inputs and outputs in C types:
 * int, float and bool inputs are `int64_t`, `float` and `bool` (IREE demotes Python floats to
   f32); scalar outputs are pointers to them. `main` itself takes and returns them as 0-d tensors
   (the manifest's `main_abi` 2); the C runtime converts, and the generated code refuses to compile
-  against a `dycl_runtime.h` of another main_abi.
+  against a `dycl_runtime.h` of another main_abi;
+* a model that draws random numbers (main_abi 3) also takes its generator's state, an `int64_t
+  random_state` after its inputs, and returns the next one, `int64_t* next_random_state` after its
+  outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream).
 
 The runtime checks every input against the signature (rank, static sizes, dynamic sizes,
 capacity) before any device work. `<name>_run_values` is the same call with generic values, for
@@ -123,6 +126,8 @@ class CBundle:
     vmfb: Path
     inputs: list[CValue]
     outputs: list[CValue]
+    # The model draws random numbers: the last input is the generator's state, the last output the next.
+    random_state: bool = False
 
 
 def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None = None,
@@ -138,13 +143,6 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
         reason = manifest.get("compiled_host_unsupported") or "not built"
         raise BundleError(f"{root}: has no compiled host ({reason}); the C runtime runs only the compiled `main`")
     check_main_abi(root, manifest)
-    if manifest.get("random_state"):
-        # Its `main` takes and returns the random state after the model's values (main_abi 3), which the
-        # typed C function does not pass yet.
-        raise BundleError(
-            f"{root}: its model draws random numbers, and the generated C function does not yet pass the "
-            "random state that its `main` takes and returns (main_abi 3); run it from Python"
-        )
     if target is None:
         target = select_cpu_target(root, manifest, cpu or platform.machine())
     elif target not in manifest["targets"]:
@@ -153,10 +151,21 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     stem = root.name[: -len(".dycl")] if root.name.endswith(".dycl") else root.name
     name = c_identifier(name or stem)
     taken: set[str] = set()
-    inputs = _values(manifest["inputs"], [spec["name"] for spec in manifest["inputs"]], taken, "input")
-    leaves = manifest["outputs"]["leaves"]
-    outputs = _values(leaves, [f"output{i}" for i in range(len(leaves))], taken, "output")
-    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs)
+    input_specs, input_labels = list(manifest["inputs"]), [spec["name"] for spec in manifest["inputs"]]
+    leaves = list(manifest["outputs"]["leaves"])
+    output_labels = [f"output{i}" for i in range(len(leaves))]
+    random_state = bool(manifest.get("random_state"))
+    if random_state:
+        # main_abi 3 is main_abi 2 with the random state (a 0-d int64 tensor, which main_abi 2 passes
+        # as an int) after the inputs and its next value after the outputs: in C, one more int of
+        # each, which the caller keeps from call to call.
+        input_specs.append({"kind": "int"})
+        input_labels.append("random_state")
+        leaves.append({"kind": "int"})
+        output_labels.append("next_random_state")
+    inputs = _values(input_specs, input_labels, taken, "input")
+    outputs = _values(leaves, output_labels, taken, "output")
+    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs, random_state)
 
 
 # -- the header ---------------------------------------------------------------------------------------
@@ -214,6 +223,14 @@ def header(bundle: CBundle) -> str:
         f"extern const dycl_signature_t {bundle.name}_signature;",
         "",
     ]
+    if bundle.random_state:
+        lines += [
+            f"// {bundle.model} draws random numbers. Its generator's state is |random_state|: pass",
+            f"// {upper}_RANDOM_STATE(seed) to the first call and each call's |next_random_state| to the next; the",
+            "// same seed draws the same numbers as the Python runtime's `load(..., seed=seed)`.",
+            f"#define {upper}_RANDOM_STATE(seed) ((int64_t)((uint64_t)(uint32_t)(seed) << 32))",
+            "",
+        ]
     static_outputs = [v for v in bundle.outputs if v.kind == "tensor" and not v.dynamic_dims]
     if static_outputs:
         lines.append("// Elements of the outputs whose shape is static (the buffers |run| writes).")

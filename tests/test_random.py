@@ -387,11 +387,7 @@ def test_a_manifest_whose_random_state_and_main_abi_disagree_is_refused(draws, t
     import json
     import shutil
 
-    from dycl_iree.emit_c import emit_c
-
     _, path = draws
-    with pytest.raises(dycl_iree.BundleError, match="draws random numbers.*random state"):
-        emit_c(path, tmp_path / "c")  # the typed C function does not pass the state yet
     copy = Path(shutil.copytree(path, tmp_path / "copy.dycl"))
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["main_abi"] = 2
