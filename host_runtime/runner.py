@@ -176,6 +176,7 @@ class Runner:
         if absent:
             raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
+        self._read_scalar = read_scalar
         # A model that draws random numbers takes the generator's state after its inputs and returns
         # the next state after its outputs (main_abi 3, `random_state.py`); the runner keeps it.
         self._draws = bool(self.manifest.get("random_state"))
@@ -258,7 +259,9 @@ class Runner:
         draw): save it and give it to `restore_random_state` to replay the same numbers."""
         if not self._draws:
             return None
-        return int(to_scalar(self._state) if hasattr(self._state, "map") else np.asarray(self._state))
+        if isinstance(self._state, np.ndarray):
+            return int(self._state)
+        return int(self._read_scalar(self._state))  # a device buffer; staged on a GPU
 
     def restore_random_state(self, state: int) -> None:
         """Start the next call from `state` (a value `random_state` returned)."""

@@ -394,3 +394,14 @@ def test_a_manifest_whose_random_state_and_main_abi_disagree_is_refused(draws, t
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(dycl_iree.BundleError, match="'random_state' is True but 'main_abi' is 2"):
         dycl_iree.load(copy)
+
+
+def test_the_command_line_runs_with_a_seed(draws, capsys) -> None:
+    from dycl_iree.cli import main
+
+    _, path = draws
+    printed = {}
+    for host, seed in (("compiled", 3), ("python", 3), ("compiled", 4)):
+        assert main(["run", str(path), "--input=64x64xf32=1", "--input=1", "--seed", str(seed), "--host", host]) == 0
+        printed[host, seed] = capsys.readouterr().out.split("output[5]")[1].splitlines()[0]
+    assert printed["compiled", 3] == printed["python", 3] != printed["compiled", 4]
