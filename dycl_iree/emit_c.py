@@ -12,9 +12,9 @@ whose parameters are the model's inputs and outputs in C types:
   f32); scalar outputs are pointers to them. `main` itself takes and returns them as 0-d tensors
   (the manifest's `main_abi` 2); the C runtime converts, and the generated code refuses to compile
   against a `dycl_runtime.h` of another main_abi;
-* a model that draws random numbers (main_abi 3) also takes its generator's state, an `int64_t
-  random_state` after its inputs, and returns the next one, `int64_t* next_random_state` after its
-  outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream).
+* a model that draws random numbers (main_abi 3) also takes its generator's state, `const int32_t*
+  random_state` (two words) after its inputs, and returns the next one, `int32_t* next_random_state`
+  after its outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream).
 
 The runtime checks every input against the signature (rank, static sizes, dynamic sizes,
 capacity) before any device work. `<name>_run_values` is the same call with generic values, for
@@ -156,12 +156,12 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     output_labels = [f"output{i}" for i in range(len(leaves))]
     random_state = bool(manifest.get("random_state"))
     if random_state:
-        # main_abi 3 is main_abi 2 with the random state (a 0-d int64 tensor, which main_abi 2 passes
-        # as an int) after the inputs and its next value after the outputs: in C, one more int of
-        # each, which the caller keeps from call to call.
-        input_specs.append({"kind": "int"})
+        # main_abi 3 is main_abi 2 with the random state (two int32 words) after the inputs and its
+        # next value after the outputs: in C, one more tensor of each, which the caller keeps.
+        state = {"kind": "tensor", "dtype": "int32", "shape": [2]}
+        input_specs.append(state)
         input_labels.append("random_state")
-        leaves.append({"kind": "int"})
+        leaves.append(state)
         output_labels.append("next_random_state")
     inputs = _values(input_specs, input_labels, taken, "input")
     outputs = _values(leaves, output_labels, taken, "output")
@@ -225,10 +225,11 @@ def header(bundle: CBundle) -> str:
     ]
     if bundle.random_state:
         lines += [
-            f"// {bundle.model} draws random numbers. Its generator's state is |random_state|: pass",
-            f"// {upper}_RANDOM_STATE(seed) to the first call and each call's |next_random_state| to the next; the",
-            "// same seed draws the same numbers as the Python runtime's `load(..., seed=seed)`.",
-            f"#define {upper}_RANDOM_STATE(seed) ((int64_t)((uint64_t)(uint32_t)(seed) << 32))",
+            f"// {bundle.model} draws random numbers. Its generator's state is |random_state| (the seed's word",
+            "// and a draw counter): start from `int32_t state[2] = "
+            f"{upper}_RANDOM_STATE(seed);` and pass each call's",
+            "// |next_random_state| to the next; a seed draws the numbers `load(..., seed=seed)` draws in Python.",
+            f"#define {upper}_RANDOM_STATE(seed) {{(int32_t)(uint32_t)(seed), 0}}",
             "",
         ]
     static_outputs = [v for v in bundle.outputs if v.kind == "tensor" and not v.dynamic_dims]

@@ -213,7 +213,7 @@ class Program:
 
     `output_tree` rebuilds the model's output structure from `body.results`: an int is the index
     of a result, a list is a tuple of subtrees. With `random_state`, the last of `body.params` is
-    the random generator's state (a 0-d int64 tensor) and the last of `body.results` the state
+    the random generator's state (two int32 words) and the last of `body.results` the state
     after the run; neither is a model input or output (`random_state.py`).
     """
 

@@ -4,25 +4,25 @@ torch-mlir lowers PyTorch's random ops through a 0-d int64 global (`global_seed`
 loads and stores. Inside a branch or loop of the compiled host's `main` that global is loaded and
 stored within an scf region, and iree-compile 3.13 dies with SIGFPE (README's traps). So a segment
 never uses it: every random op is rewritten (`random_state.py`) into one of the `dycl::` ops below,
-which take the generator's state as an ordinary 0-d int64 tensor and return the draw and the next
-state. Each is a CompositeImplicitAutograd function of plain aten integer and float ops, so
-torch.export decomposes it, torch-mlir imports it like any arithmetic, and the reference interpreter
-runs the very same function eagerly.
+which take the generator's state as an ordinary tensor, two int32 words (the seed's word and a
+draw counter), and return the draw and the next state. Each is a CompositeImplicitAutograd function
+of plain aten integer and float ops, so torch.export decomposes it, torch-mlir imports it like any
+arithmetic, and the reference interpreter runs the very same function eagerly.
 
-The generator is counter-based (the idea of Philox and Threefry; the mixing function is SplitMix64's
-finalizer, which passes BigCrush as a counter hash): draw number `state` and element `i` (row-major)
-give the 64-bit word `mix(mix(state) + (i + 1) * golden)`; a uniform float takes its top 24 bits,
-`u = (word >> 40) * 2**-24` in [0, 1); a normal one is Box-Muller of the top and the next 24 bits.
-Every draw advances the state by one. The numbers are a pure function of (state, shape), so the
-compiled host and the Python host, which run the same segment functions, give the same bits. They
-are not PyTorch's numbers: torch's CPU generator is a Mersenne Twister whose state no IREE program
-holds, so a model's random ops follow the same distributions as in PyTorch, not the same stream.
+The generator is counter-based (the idea of Philox and Threefry), in 32-bit words: the state gives
+two keys, and element `i` (row-major) the word `mix(mix(i * golden + key0) ^ key1)`, with `mix` the
+lowbias32 hash; a uniform float takes its top 24 bits, `u = (word >> 8) * 2**-24` in [0, 1); a
+normal one is Box-Muller of two uniforms whose words come from two key pairs. Every draw increments
+the counter. The numbers are a pure function of (state, shape), so the compiled host and the Python
+host, which run the same segment functions, give the same bits. They are not PyTorch's numbers:
+torch's CPU generator is a Mersenne Twister whose state no IREE program holds, so a model's random
+ops follow the same distributions as in PyTorch, not the same stream.
 
 Example:
-    >>> state = torch.tensor(0)
+    >>> state = torch.zeros(2, dtype=torch.int32)
     >>> values, state = torch.ops.dycl.uniform([2, 3], state)
-    >>> bool(((values >= 0) & (values < 1)).all()), int(state)
-    (True, 1)
+    >>> bool(((values >= 0) & (values < 1)).all()), state.tolist()
+    (True, [0, 1])
 """
 
 from __future__ import annotations
@@ -31,57 +31,69 @@ import math
 
 import torch
 
-# SplitMix64's increment (the golden ratio in 64 bits) and its finalizer's multipliers, as int64.
-_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
-_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
-_MIX2 = 0x94D049BB133111EB - (1 << 64)
+# 32-bit words, and a state of two int32 words rather than one int64: IREE's Vulkan target (without
+# the Int64 capability) rejects an elementwise op on int64 ("failed to legalize operation
+# 'vector.broadcast'" on `vector<1xi64>`), also a 0-d int64 state broadcast into the draw's dispatch.
+# The increment is the golden ratio in 32 bits; the mixing function is lowbias32 (C. Wellons' hash
+# prospector), a bijection of 32-bit words.
+_GOLDEN = 0x9E3779B9 - (1 << 32)
+_MIX1 = 0x7FEB352D
+_MIX2 = 0x846CA68B - (1 << 32)
+_STREAM = 0x632BE5AB  # separates the keys of a draw's second word from those of its first
 _FLOAT_BITS = 24  # a float32 mantissa: every u * 2**24 is an exact integer
 
 
 def _shift_right(word: torch.Tensor, count: int) -> torch.Tensor:
-    """Logical right shift of int64 words. torch's `>>` is arithmetic on int64, so the sign bits are
-    masked off. The shift count is a tensor: torch-mlir lowers `bitwise_right_shift.Tensor` but not
-    its `.Tensor_Scalar` form ("failed to legalize operation 'torch.operator'")."""
-    shifted = torch.bitwise_right_shift(word, torch.full((), count, dtype=torch.int64))
-    return torch.bitwise_and(shifted, (1 << (64 - count)) - 1)
+    """Logical right shift of int32 words. torch's `>>` is arithmetic on signed ints, so the sign bits
+    are masked off. The shift count is a tensor: torch-mlir lowers `bitwise_right_shift.Tensor` but
+    not its `.Tensor_Scalar` form ("failed to legalize operation 'torch.operator'")."""
+    shifted = torch.bitwise_right_shift(word, torch.full((), count, dtype=word.dtype))
+    return torch.bitwise_and(shifted, (1 << (32 - count)) - 1)
 
 
 def _mix(word: torch.Tensor) -> torch.Tensor:
-    """SplitMix64's finalizer; int64 multiplication wraps alike in PyTorch and in IREE (`arith.muli`)."""
-    word = torch.bitwise_xor(word, _shift_right(word, 30)) * _MIX1
-    word = torch.bitwise_xor(word, _shift_right(word, 27)) * _MIX2
-    return torch.bitwise_xor(word, _shift_right(word, 31))
+    """lowbias32; int32 multiplication wraps alike in PyTorch and in IREE (`arith.muli`)."""
+    word = torch.bitwise_xor(word, _shift_right(word, 16)) * _MIX1
+    word = torch.bitwise_xor(word, _shift_right(word, 15)) * _MIX2
+    return torch.bitwise_xor(word, _shift_right(word, 16))
 
 
-def random_words(size: list, state: torch.Tensor) -> torch.Tensor:
-    """64 random bits per element of a tensor of `size`, a pure function of (state, element index)."""
+def _keys(state: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two 32-bit keys (0-d) of the state (seed word, draw counter); both words reach both keys."""
+    first = _mix(torch.bitwise_xor(state[1], _mix(state[0] + stream * _STREAM)))
+    return first, _mix(first + _STREAM)
+
+
+def random_words(size: list, state: torch.Tensor, stream: int = 0) -> torch.Tensor:
+    """32 random bits (int32) per element of a tensor of `size`: a pure function of the state, the
+    element's row-major index and the stream (0, or 1 for a draw's independent second word)."""
     count = 1
     for dim in size:
         count = count * dim
-    index = torch.arange(1, count + 1, dtype=torch.int64).reshape(size)
-    return _mix(_mix(state.to(torch.int64)) + index * _GOLDEN)
+    index = torch.arange(count, dtype=torch.int32).reshape(size)
+    first, second = _keys(state, stream)
+    return _mix(torch.bitwise_xor(_mix(index * _GOLDEN + first), second))
 
 
-def _unit(word: torch.Tensor, shift: int) -> torch.Tensor:
-    """24 bits of `word` from bit `shift` up, as a float32 in [0, 1)."""
-    bits = torch.bitwise_and(_shift_right(word, shift), (1 << _FLOAT_BITS) - 1)
-    return bits.to(torch.float32) * (2.0**-_FLOAT_BITS)
+def _unit(word: torch.Tensor) -> torch.Tensor:
+    """The top 24 bits of `word`, as a float32 in [0, 1)."""
+    return _shift_right(word, 32 - _FLOAT_BITS).to(torch.float32) * (2.0**-_FLOAT_BITS)
 
 
 def uniform_values(size: list, state: torch.Tensor) -> torch.Tensor:
     """float32 uniform in [0, 1) of `size`."""
-    return _unit(random_words(size, state), 64 - _FLOAT_BITS)
+    return _unit(random_words(size, state))
 
 
 def normal_values(size: list, state: torch.Tensor) -> torch.Tensor:
-    """float32 standard normal of `size` (Box-Muller of two 24-bit uniforms of one word; 1 - u > 0)."""
-    word = random_words(size, state)
-    radius = torch.sqrt(-2.0 * torch.log(1.0 - _unit(word, 64 - _FLOAT_BITS)))
-    return radius * torch.cos((2.0 * math.pi) * _unit(word, 64 - 2 * _FLOAT_BITS))
+    """float32 standard normal of `size`: Box-Muller of two independent uniforms (1 - u > 0)."""
+    radius = torch.sqrt(-2.0 * torch.log(1.0 - _unit(random_words(size, state))))
+    return radius * torch.cos((2.0 * math.pi) * _unit(random_words(size, state, 1)))
 
 
 def _next(state: torch.Tensor) -> torch.Tensor:
-    return state + 1
+    """The state of the next draw: the same seed word, the counter plus one (wrapping after 2**32 draws)."""
+    return torch.stack([state[0], state[1] + 1])
 
 
 def _float_dtype(dtype: torch.dtype | None, like: torch.dtype | None = None) -> torch.dtype:
@@ -122,11 +134,11 @@ def _normal_around_float(mean: torch.Tensor, std: float, state: torch.Tensor) ->
 
 
 def _random_integers(low: int, high: int, size: list, state: torch.Tensor, dtype: torch.dtype | None) -> tuple:
-    """`torch.randint(low, high, size)`: the word's top 63 bits modulo the range (the bias is below
-    range / 2**63)."""
-    word = _shift_right(random_words(size, state), 1)
-    values = low + torch.remainder(word, high - low)
-    return values.to(dtype if dtype is not None else torch.int64), _next(state)
+    """`torch.randint(low, high, size)`: the word's low 31 bits modulo the range (the bias is below
+    range / 2**31; the range must be below 2**31), plus low in the result's dtype."""
+    word = torch.bitwise_and(random_words(size, state), (1 << 31) - 1)
+    dtype = dtype if dtype is not None else torch.int64
+    return torch.remainder(word, high - low).to(dtype) + low, _next(state)
 
 
 def _randint(high: int, size: list, state: torch.Tensor, dtype: torch.dtype | None = None) -> tuple:

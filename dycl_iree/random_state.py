@@ -2,8 +2,8 @@
 
 PyTorch's random ops read and advance a generator hidden in the process; torch-mlir models it as a
 module global, which iree-compile 3.13 cannot take inside the compiled host's branches and loops
-(README's traps). Here the generator's state becomes one more value of the Program, a 0-d int64
-tensor threaded like any other:
+(README's traps). Here the generator's state becomes one more value of the Program, a tensor of two
+int32 words (seed word, draw counter) threaded like any other:
 
 * every random `TensorOp` becomes its `dycl::` counterpart (`random_ops.py`), which takes the state
   as its last argument and returns the draw and the next state;
@@ -48,7 +48,7 @@ from .program import (
     sub_blocks,
 )
 
-STATE_TYPE = TensorType("int64", (), ())
+STATE_TYPE = TensorType("int32", (2,), (2,))  # (seed word, draw counter): see random_ops.py
 STATE_NAME = "random_state"
 
 

@@ -39,7 +39,7 @@ _VERSION_CHANGES = {2: "version 2 passes the compiled host's int, float and bool
 #     lay out mixed scalar arguments differently (README's traps), so it is refused.
 #   2: every input and output a buffer view; an int is a 0-d int64 tensor, a float a 0-d float32
 #     tensor, a bool a 0-d bool tensor (one byte).
-#   3: as 2, and the random generator's state (a 0-d int64 tensor) follows the model's inputs and
+#   3: as 2, and the random generator's state (an int32 tensor of 2) follows the model's inputs and
 #     its next value the model's outputs (manifest `random_state: true`, `random_state.py`). Only a
 #     bundle whose model draws random numbers uses it, so a runtime that knows only 2 refuses just those.
 MAIN_ABI = 2

@@ -19,7 +19,7 @@ import numpy as np
 from .bundle_format import check_file, check_main_abi, read_manifest, select_cpu_target
 from .errors import BundleError, InputError, ModelRaised
 from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
-from .random_state import DEFAULT_SEED, initial_state
+from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -176,7 +176,7 @@ class Runner:
         if absent:
             raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
-        self._read_scalar = read_scalar
+        self._read_array = read_array
         # A model that draws random numbers takes the generator's state after its inputs and returns
         # the next state after its outputs (main_abi 3, `random_state.py`); the runner keeps it.
         self._draws = bool(self.manifest.get("random_state"))
@@ -255,17 +255,18 @@ class Runner:
 
     @property
     def random_state(self) -> int | None:
-        """The random generator's state that the next call starts from (None for a model that does not
-        draw): save it and give it to `restore_random_state` to replay the same numbers."""
+        """The random generator's state that the next call starts from, as one int (None for a model
+        that does not draw): save it and give it to `restore_random_state` to replay the same numbers.
+        It is `seed * 2**32 + draws so far` (host_runtime/random_state.py)."""
         if not self._draws:
             return None
         if isinstance(self._state, np.ndarray):
-            return int(self._state)
-        return int(self._read_scalar(self._state))  # a device buffer; staged on a GPU
+            return state_number(self._state)
+        return state_number(self._read_array(self._state))  # a device buffer; staged on a GPU
 
     def restore_random_state(self, state: int) -> None:
         """Start the next call from `state` (a value `random_state` returned)."""
-        self._state = np.asarray(state, dtype=np.int64)
+        self._state = state_array(state)
 
     def seed(self, seed: int) -> None:
         """Restart the model's random numbers from `seed` (an int; `load`'s default is 0). Two runners
