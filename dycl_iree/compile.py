@@ -55,6 +55,7 @@ _CPU = [
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
     "--iree-hal-indirect-command-buffers=false",
+    "--iree-input-demote-f64-to-f32=false",
 ]
 # Vulkan: IREE's default target (the vp_android_baseline_2022 profile) stores only 32-bit words, so
 # an i1/i8/i16 tensor is written as whole words; a tensor whose byte size is not a multiple of 4 then

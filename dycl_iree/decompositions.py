@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,10 @@ def decomposition_table() -> dict[Any, Any]:
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
         table[op] = _filled_unless_static(table.get(op), fill_value)
     table.update(_KEEPING_NAN)
+    for op in _FLOAT32_IN_FLOAT64:
+        table[op] = _in_float32_for_float64(op, table.get(op))
+    table[aten.log2.default] = _logarithm_in_base(2.0)
+    table[aten.log10.default] = _logarithm_in_base(10.0)
     for op, rewrite in _IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
@@ -546,6 +551,48 @@ _KEEPING_NAN = {
 # Each rewrite calls the op it rewrites, with clamped indices: `_clamping` sends that inner call to
 # the op's own decomposition instead of the rewrite (none: NotImplemented keeps the op).
 _clamping = False
+
+
+# IREE 3.13's CPU backend has no float64 form of these: they lower to libm calls iree-lld cannot
+# resolve ("undefined symbol: sin", also cos, tan, tanh, asin, acos, atan) or to a
+# `math.erf` it marks illegal (erf, gelu). In float64 they compute in float32 and widen back: float32
+# precision for these functions only, the rest of a float64 program keeps float64 (exp, log, sqrt,
+# pow, sigmoid, the hyperbolic sine and cosine and their inverses have float64 forms).
+_FLOAT32_IN_FLOAT64 = (
+    aten.sin.default,
+    aten.cos.default,
+    aten.tan.default,
+    aten.tanh.default,
+    aten.asin.default,
+    aten.acos.default,
+    aten.atan.default,
+    aten.erf.default,
+    aten.gelu.default,
+)
+
+
+def _in_float32_for_float64(op: Any, original: Any) -> Any:
+    """`op` of a float64 tensor as `op` of it in float32, widened; other dtypes as before."""
+
+    def decompose(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if x.dtype != torch.float64:
+            return original(x, *args, **kwargs) if original is not None else NotImplemented
+        return op(x.to(torch.float32), *args, **kwargs).to(torch.float64)
+
+    return decompose
+
+
+def _logarithm_in_base(base: float) -> Any:
+    """`log2` / `log10` as the natural log times a constant: IREE lowers them to libm's `log2`,
+    `log10` and `log10f`, which iree-lld cannot resolve; its `log` is inline code, in float64 too."""
+    scale = 1.0 / math.log(base)
+
+    def decompose(x: torch.Tensor) -> torch.Tensor:
+        if not x.dtype.is_floating_point:
+            return NotImplemented
+        return aten.mul.Scalar(aten.log.default(x), scale)
+
+    return decompose
 
 
 def _without_reentry(rewrite: Any, original: Any) -> Any:

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Sequence
 
@@ -20,6 +21,7 @@ from host_runtime.errors import DyclError
 
 from .capture import capture
 from .diagnose import Problem, diagnose
+from .diagnose.source import source_line
 from .errors import SpecializeError
 from .loading import load_factory
 from .partition import partition
@@ -34,24 +36,53 @@ def check(model: Any, example_inputs: Sequence[Any], dynamic_shapes: Any = None)
     try:
         partition(specialize(capture(model), tuple(example_inputs), dynamic_shapes))
     except DyclError as error:
-        return [_problem_of(error)]
+        return [_problem_of(error, model)]
     return []
 
 
-def _problem_of(error: DyclError) -> Problem:
-    """A Problem from an exporter error; its message names the source line when one exists."""
+def _problem_of(error: DyclError, model: Any = None) -> Problem:
+    """A Problem from an exporter error: what it refuses, at the model's line it names, with the way
+    out the message gives (`...(model.py:12): start it with its first tensor instead of []`). An
+    error inside torch's code called by a submodule (`rnn.py:1164 called by self.lstm (LSTM)`) is
+    told at the model's line that calls that submodule."""
     message = str(error)
-    where = re.search(r"([^\s(,]+\.py):(\d+)", message)
-    file, line = (where.group(1), int(where.group(2))) if where else ("", 0)
-    if isinstance(error, SpecializeError):
+    where = re.search(r"\((?:from )?([^\s(,]+\.py):(\d+)[^()]*(?:\([^()]*\)[^()]*)*\)", message)
+    if where is None:
         title = "the exporter cannot type this construct for the example inputs"
-    else:
-        title = f"the exporter stops here ({type(error).__name__})"
-    fix = (
-        "change the construct the message names, or the example inputs when they are not what forward "
-        "expects; `export` stops with the same error."
-    )
-    return Problem(title, file, line, "", message, fix, said_by="exporter")
+        if not isinstance(error, SpecializeError):
+            title = f"the exporter stops here ({type(error).__name__})"
+        return Problem(title, "", 0, "", message, _GENERIC_FIX, said_by="exporter")
+    file, line = where.group(1), int(where.group(2))
+    caller = re.search(r"called by (self(?:\.\w+)+)", where.group(0))
+    if caller is not None and model is not None:
+        file, line = _call_site(model, caller.group(1)) or (file, line)
+    what, hint = message[: where.start()].strip(), message[where.end() :].lstrip(":; ").strip()
+    title = what or type(error).__name__
+    said = message[: where.end()] if hint else message  # the way out is the fix, not said twice
+    return Problem(title, file, line, source_line(file, line), said, hint or _GENERIC_FIX, said_by="exporter")
+
+
+def _call_site(model: Any, path: str) -> tuple[str, int] | None:
+    """(file, line) of the call `self.name(...)` in the forward of the module that owns `path`
+    (`self.encoder.lstm`: the encoder's forward calling `self.lstm(`), or None if not found."""
+    *parents, name = path.split(".")[1:]
+    try:
+        owner = model.get_submodule(".".join(parents)) if parents else model
+        lines, first = inspect.getsourcelines(type(owner).forward)
+        file = inspect.getsourcefile(type(owner).forward)
+    except (AttributeError, OSError, TypeError):
+        return None
+    call = re.compile(rf"\bself\.{re.escape(name)}\s*\(")
+    for offset, text in enumerate(lines):
+        if call.search(text) and file is not None:
+            return file, first + offset
+    return None
+
+
+_GENERIC_FIX = (
+    "change the construct the message names, or the example inputs when they are not what forward "
+    "expects; `export` stops with the same error."
+)
 
 
 def main(spec: str) -> int:

@@ -236,3 +236,149 @@ def test_a_class_without_readable_source_is_named() -> None:
     (problem,) = diagnose(namespace["Made"]())
     assert problem.title == "the model's source code cannot be read"
     assert "`Made`" in problem.fix and "define it in a .py file" in problem.fix
+
+
+_REFUSED = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Summarizer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(4, 6, proj_size=3)
+
+        def forward(self, x):
+            out, _ = self.lstm(x)
+            return out.mean(0)
+
+
+    def summarizer():
+        return Summarizer(), (torch.randn(5, 1, 4),), ({0: torch.export.Dim("steps")},)
+    """
+)
+
+
+def test_doctor_gives_an_exporter_refusal_at_the_users_line_with_its_way_out(tmp_path, capsys) -> None:
+    from dycl_iree import cli
+
+    path = tmp_path / "summarizer.py"
+    path.write_text(_REFUSED)
+    assert cli.main(["doctor", f"{path}:summarizer"]) == 1
+    out = capsys.readouterr().out
+    line = _line(str(path), "out, _ = self.lstm(x)")
+    assert f"{path}:{line}: cannot lower aten::lstm" in out
+    assert "out, _ = self.lstm(x)" in out.splitlines()[2]  # the line itself, under the title
+    assert "fix: 5 weight tensors where 4 were expected" in out and "export with a fixed sequence length" in out
+
+
+_SDN = textwrap.dedent(
+    """
+    from typing import Final, List, Optional, Tuple
+
+    import torch
+    import torch.nn as nn
+    from torch import Tensor
+
+
+    class BasicBlockWOutput(nn.Module):
+        def __init__(self, channels, add_output):
+            super(BasicBlockWOutput, self).__init__()
+            self.layers = nn.ModuleList()
+            self.layers.append(nn.Sequential(nn.Conv2d(channels, channels, 3, 1, 1), nn.ReLU()))
+            self.layers.append(nn.Sequential())
+            self.layers.append(nn.ReLU())
+            if add_output:
+                self.output = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+                self.no_output = False
+            else:
+                self.output = None
+                self.forward = self.only_forward
+                self.no_output = True
+
+        def forward(self, x):
+            fwd = self.layers[0](x)
+            fwd = fwd + self.layers[1](x)
+            return self.layers[2](fwd), 1, self.output(fwd)
+
+        def only_forward(self, x):
+            fwd = self.layers[0](x)
+            fwd = fwd + self.layers[1](x)
+            return self.layers[2](fwd), 0, None
+
+
+    class FixedBlock(nn.Module):
+        no_output: Final[bool]
+
+        def __init__(self, channels, add_output):
+            super(FixedBlock, self).__init__()
+            self.layers = nn.ModuleList()
+            self.layers.append(nn.Sequential(nn.Conv2d(channels, channels, 3, 1, 1), nn.ReLU()))
+            self.layers.append(nn.Sequential())
+            self.layers.append(nn.ReLU())
+            if add_output:
+                self.output = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+                self.no_output = False
+            else:
+                self.output = None
+                self.no_output = True
+
+        def forward(self, x) -> Tuple[Tensor, int, Optional[Tensor]]:
+            if self.no_output:
+                return self.only_forward(x)
+            fwd = self.layers[0](x)
+            fwd = fwd + self.layers[1](x)
+            return self.layers[2](fwd), 1, self.output(fwd)
+
+        def only_forward(self, x) -> Tuple[Tensor, int, Optional[Tensor]]:
+            fwd = self.layers[0](x)
+            fwd = fwd + self.layers[1](x)
+            return self.layers[2](fwd), 0, None
+
+
+    class SDN(nn.Module):
+        def __init__(self, block=BasicBlockWOutput):
+            super(SDN, self).__init__()
+            self.layers = nn.ModuleList([block(4, add) for add in (True, False, True)])
+
+        def forward(self, x):
+            outputs = []
+            fwd = x
+            for layer in self.layers:
+                fwd, is_output, output = layer(fwd)
+                if is_output:
+                    outputs.append(output)
+            return outputs
+
+
+    class FixedSDN(SDN):
+        def forward(self, x):
+            outputs: List[Tensor] = []
+            fwd = x
+            for layer in self.layers:
+                fwd, is_output, output = layer(fwd)
+                if output is not None:
+                    outputs.append(output)
+            return outputs
+    """
+)
+
+
+def test_a_forward_swapped_in_init_is_told_at_the_swap_and_the_fix_scripts(tmp_path) -> None:
+    module, path = _module(tmp_path, "sdn", _SDN)
+    problems = diagnose(module.SDN())
+    swap = next(p for p in problems if p.title.startswith("`self.forward` replaced"))
+    assert _where(swap) == (path, _line(path, "self.forward = self.only_forward"))
+    assert "`Final[bool]`" in swap.fix and "`Optional[Tensor]`" in swap.fix
+    torch.manual_seed(0)
+    eager = module.SDN().eval()
+    torch.manual_seed(0)
+    fixed = module.FixedSDN(module.FixedBlock).eval()
+    assert diagnose(fixed) == []
+    x = torch.randn(1, 4, 6, 6)
+    with torch.no_grad():
+        want, got = eager(x), torch.jit.script(fixed)(x)
+    assert len(want) == len(got) == 2
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

@@ -447,14 +447,17 @@ def test_an_op_failing_after_a_rewrite_names_the_models_line(monkeypatch) -> Non
     assert "pooling.py" not in message
 
 
-def test_a_dynamic_sequence_length_is_refused_with_the_layer_and_the_way_out() -> None:
-    """torch.export unrolls nn.LSTM over the example's time steps: a sequence length declared dynamic
-    cannot stay so, and the export says so instead of building a bundle that refuses other lengths."""
+def test_a_dynamic_sequence_length_runs_the_layer_as_a_loop_over_steps(tmp_path) -> None:
+    """torch.export would unroll nn.LSTM over the example's time steps; with the sequence length
+    declared dynamic, each layer and direction is a loop over steps instead (tests/test_recurrent.py
+    has the other layers), and one bundle takes every length."""
     model, example, _ = _plain(BidirectionalEncoder, (1, 5, 10))()
-    with pytest.raises(dycl_iree.UnsupportedOpError) as caught:
-        dycl_iree.export(model, example, dynamic_shapes=({1: torch.export.Dim("steps")},))
-    message = str(caught.value)
-    assert message.startswith("cannot lower aten::lstm.input"), message
-    assert "nn.LSTM needs a sequence length known at export time" in message
-    assert "unrolls it over the example's 5 time steps" in message
-    assert "dim 1 of segment input 0" in message
+    bundle = dycl_iree.export(model, example, dynamic_shapes=({1: torch.export.Dim("steps")},))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "encoder.dycl")
+    for steps in (1, 5, 9):
+        x = torch.randn(1, steps, 10)
+        with torch.no_grad():
+            expected = model(x)
+        for host in ("python", "compiled"):
+            assert_matches(dycl_iree.load(path, host=host)(x.numpy()), expected, f"{host}, {steps} steps")

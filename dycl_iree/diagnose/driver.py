@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from .patterns import Problem, explain
+from .patterns import Problem, explain, swapped_forward_problems
 from .source import UserCode
 
 _MAX_ROUNDS = 50
@@ -98,6 +98,10 @@ def diagnose(model: torch.nn.Module, first_error: BaseException | None = None) -
             methods, functions = code.callees(culprit)
             attempts.reach(methods, functions)
             error = None
+    if problems:
+        # Told once the model fails: where the forwards of instances agree, the swap scripts.
+        told = {(problem.file, problem.line) for problem in problems}
+        problems.extend(p for p in swapped_forward_problems(code) if (p.file, p.line) not in told)
     return sorted(problems, key=lambda problem: (problem.file, problem.line))
 
 

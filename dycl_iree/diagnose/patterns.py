@@ -626,3 +626,45 @@ def _no_source_problem(code: UserCode, headline: str) -> Problem:
         "(a class made by exec(), `python -c` or an interactive session): define it in a .py file and import it."
     )
     return Problem("the model's source code cannot be read", "", 0, "", headline, fix)
+
+
+def swapped_forward_problems(code: UserCode) -> list[Problem]:
+    """`self.forward = self.only_forward` in __init__ (the Shallow-Deep Networks' blocks without an
+    internal classifier): TorchScript compiles the swapped method for those instances, so the same
+    call in the caller's loop returns another type per block (`None` where the others return a
+    tensor), and the caller fails, far from the cause."""
+    problems = []
+    for module_class, instances in code.instances.items():
+        swapped = sorted({vars(instance)["forward"].__name__ for instance in instances if "forward" in vars(instance)})
+        init = vars(module_class).get("__init__")
+        if not swapped or not inspect.isfunction(init):
+            continue
+        file = code_of(init).co_filename
+        definition = enclosing_def(file, code_of(init).co_firstlineno + 1)
+        line = next(
+            (
+                node.lineno
+                for node in (ast.walk(definition) if definition is not None else ())
+                if isinstance(node, ast.Assign) and any(self_attribute(t) == "forward" for t in node.targets)
+            ),
+            code_of(init).co_firstlineno,
+        )
+        name = swapped[0]
+        fix = (
+            f"TorchScript compiles `{name}` as the forward of those `{module_class.__name__}` instances, so the "
+            f"caller gets different types from different blocks; keep one forward and branch on a constant flag "
+            f"instead: declare it `Final[bool]` in the class body (`from typing import Final`), call "
+            f"`return self.{name}(x)` under `if` that flag, and give both the same return annotation, with "
+            "`Optional[Tensor]` for a result that may be None (the caller then tests `is not None`)."
+        )
+        problems.append(
+            Problem(
+                f"`self.forward` replaced in __init__ of `{module_class.__name__}`",
+                file,
+                line,
+                source_line(file, line),
+                "",
+                fix,
+            )
+        )
+    return problems

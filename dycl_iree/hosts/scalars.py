@@ -88,9 +88,17 @@ _DIVISIONS = {"aten::floordiv", "aten::remainder"}
 
 SUPPORTED = sorted({*_BINARY, *_UNARY, *_CONVERSIONS, "aten::__not__"})
 
-_TENSOR = {"int": "!torch.vtensor<[],si64>", "float": "!torch.vtensor<[],f64>", "bool": "!torch.vtensor<[],i1>"}
+_TENSOR = {
+    "int": "!torch.vtensor<[],si64>",
+    "float": "!torch.vtensor<[],f64>",
+    "bool": "!torch.vtensor<[],i1>",
+    "float32": "!torch.vtensor<[],f32>",
+}
 _SCALAR = {"int": "!torch.int", "float": "!torch.float", "bool": "!torch.bool"}
-_DTYPE_CODE = {"int": 4, "float": 7, "bool": 11}
+_DTYPE_CODE = {"int": 4, "float": 7, "bool": 11, "float32": 6}
+# Host floats are float64, as in Python (CPU targets keep float64: `compile._CPU`); IREE 3.13 has no
+# float64 form of these (`decompositions._FLOAT32_IN_FLOAT64` says why), so they compute in float32.
+_FLOAT32_ONLY = {f"aten::{name}" for name in ("sin", "cos", "tan", "tanh", "asin", "acos", "atan", "erf")}
 
 
 def kind_of(arg: Any) -> str | None:
@@ -125,6 +133,8 @@ def emit_scalar_op(emitter: Any, key: str, args: tuple, output_kind: str, source
         tensor, have = emitter.fresh(), ("bool" if key in _COMPARISONS else compute)
         if key == "aten::pow" and compute == "float" and kinds[1] != "float":
             tensor = _power_of_an_integer(emitter, left, right, _as_tensor(emitter, args[1], "int"))
+        elif key == "aten::remainder" and compute == "float":
+            tensor = _float_remainder(emitter, left, right)
         elif op in ("aten.add.Tensor", "aten.sub.Tensor"):
             one = emitter.constant(1, None)[0]
             emitter.emit(
@@ -142,7 +152,12 @@ def emit_scalar_op(emitter: Any, key: str, args: tuple, output_kind: str, source
         operand = _as_tensor(emitter, args[0], compute)
         have = "bool" if op in ("aten.isnan", "aten.isinf") else compute
         tensor = emitter.fresh()
-        emitter.emit(f"{tensor} = torch.{op} {operand} : {_TENSOR[compute]} -> {_TENSOR[have]}")
+        if key in _FLOAT32_ONLY:
+            narrowed = _to_dtype(emitter, operand, "float", "float32")
+            emitter.emit(f"{tensor} = torch.{op} {narrowed} : {_TENSOR['float32']} -> {_TENSOR['float32']}")
+            tensor = _to_dtype(emitter, tensor, "float32", "float")
+        else:
+            emitter.emit(f"{tensor} = torch.{op} {operand} : {_TENSOR[compute]} -> {_TENSOR[have]}")
         if key == "aten::log10":
             # log(x) / ln(10): IREE's CPU code calls libm's log10f, which iree-lld cannot resolve
             # ("undefined symbol: log10f"); its log is an inline polynomial.
@@ -182,6 +197,19 @@ def _power_of_an_integer(emitter: Any, base: str, exponent: str, integer: str) -
     emitter.emit(f"{below} = torch.aten.lt.Scalar {base}, {zero} : {f64}, !torch.int -> {i1}")
     emitter.emit(f"{flip} = torch.aten.logical_and {odd}, {below} : {i1}, {i1} -> {i1}")
     emitter.emit(f"{result} = torch.aten.where.self {flip}, {negated}, {power} : {i1}, {f64}, {f64} -> {f64}")
+    return result
+
+
+def _float_remainder(emitter: Any, left: str, right: str) -> str:
+    """`left % right` of floats as `left - right * floor(left / right)`, Python's sign rule. IREE lowers
+    a float64 remainder to libm's `fmod`, which iree-lld cannot resolve ("undefined symbol: fmod")."""
+    f64 = _TENSOR["float"]
+    quotient, floored, product, result = (emitter.fresh() for _ in range(4))
+    one = emitter.constant(1, None)[0]
+    emitter.emit(f"{quotient} = torch.aten.div.Tensor {left}, {right} : {f64}, {f64} -> {f64}")
+    emitter.emit(f"{floored} = torch.aten.floor {quotient} : {f64} -> {f64}")
+    emitter.emit(f"{product} = torch.aten.mul.Tensor {floored}, {right} : {f64}, {f64} -> {f64}")
+    emitter.emit(f"{result} = torch.aten.sub.Tensor {left}, {product}, {one} : {f64}, {f64}, !torch.int -> {f64}")
     return result
 
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..capture import CapturedModel
-from ..errors import SpecializeError, UnsupportedOpError
+from ..errors import DyclError, SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import (
     Block,
@@ -53,6 +53,7 @@ from .aliasing import collect_mutated_lists
 from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
+from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
 from .schemas import (
     DTYPE_CODES,
     SCALAR_TYPE_CODES,
@@ -271,6 +272,40 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
             "steps past each length (`out * (torch.arange(T)[None, :] < lengths[:, None]).unsqueeze(2)`) "
             "and take each sequence's last state as `out[torch.arange(B), lengths - 1]`",
         )
+
+    def visit_recurrent(self, node: torch._C.Node) -> None:
+        """`nn.LSTM` / `nn.GRU` / `nn.RNN` over a sequence of run-time length: their loop over time
+        steps (`recurrent`); over a fixed length, the op itself (torch.export unrolls it)."""
+        entries = [self.entry(v) for v in node.inputs()]
+        if not time_dim_is_dynamic(entries):
+            return self.visit_op(node)
+        kind, paired = RECURRENT_OPS[node.kind()]
+        x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = entries
+        h0, c0 = hx.items if paired else (hx, hx)
+        check_weights(kind, params, has_biases.value, layers.value, 2 if bidirectional.value else 1, source_of(node))
+        arguments = [Constant(kind), x, h0, c0, params, has_biases, layers, bidirectional, batch_first]
+        try:
+            output, h_n, c_n = self.visit_function(layers_graph(), arguments).items
+        except DyclError as error:
+            where = f"in the loop over time steps of {node.kind()} at {source_of(node)}"
+            raise SpecializeError(f"{error} ({where})") from error
+        for ts_value, entry in zip(node.outputs(), (output, h_n, c_n) if paired else (output, h_n)):
+            self.bind(ts_value, entry)
+
+    def visit_function(self, graph: torch._C.Graph, arguments: list) -> Any:
+        """Visit a TorchScript function's graph with `arguments` bound to its inputs; its result.
+
+        The graph's values are numbered apart from the model's, so it gets its own environment."""
+        saved = (self.env, self.views, self.unlinked_views, self.mutated_lists)
+        self.env, self.views, self.unlinked_views = {}, {}, set()
+        self.mutated_lists = collect_mutated_lists(graph)
+        try:
+            for ts_value, entry in zip(graph.inputs(), arguments):
+                self.bind(ts_value, entry)
+            self.visit_nodes(graph.nodes())
+            return self.entry(next(graph.outputs()))
+        finally:
+            self.env, self.views, self.unlinked_views, self.mutated_lists = saved
 
     def visit_pass_through(self, node: torch._C.Node) -> None:
         self.bind(node.output(), self.entry(node.input()))
@@ -700,6 +735,7 @@ _HANDLERS = {
     "aten::to": _Specializer.visit_device_move,
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
+    **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
 
 
