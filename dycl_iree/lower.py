@@ -228,6 +228,11 @@ _UNROLLED_OVER_TIME = {
     "aten::gru.input": "nn.GRU",
     "aten::rnn_tanh.input": "nn.RNN",
     "aten::rnn_relu.input": "nn.RNN",
+    # A PackedSequence's layer over the padded batch (`padded_rnn`), unrolled the same way.
+    "dycl::padded_lstm.default": "nn.LSTM over a PackedSequence",
+    "dycl::padded_gru.default": "nn.GRU over a PackedSequence",
+    "dycl::padded_rnn_tanh.default": "nn.RNN over a PackedSequence",
+    "dycl::padded_rnn_relu.default": "nn.RNN over a PackedSequence",
 }
 
 

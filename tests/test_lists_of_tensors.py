@@ -221,3 +221,39 @@ def test_a_run_time_list_concatenated_with_fixed_lists(tmp_path):
             (trips,) = python.trip_counts.values()
             exits.add("no iteration" if n == 0 else ("cap" if trips[-1] == n else "break"))
     assert exits == {"no iteration", "cap", "break"}, exits
+
+
+class AttentionWeights(nn.Module):
+    """Tacotron2's decode loop: `alignments: List[Tensor] = []`, one row of attention weights per
+    step appended, as wide as the encoder's steps (`max(lengths)`, read at run time), and a gate."""
+
+    def __init__(self, max_steps=5):
+        super(AttentionWeights, self).__init__()
+        self.max_steps = max_steps
+
+    def forward(self, memory, lengths):
+        max_time = int(torch.max(lengths).item())
+        weights = torch.zeros(memory.size(0), max_time)
+        alignments: List[torch.Tensor] = []
+        for _ in range(self.max_steps):
+            weights = torch.tanh(weights + memory[:, :max_time] + 0.3)
+            alignments.append(weights)
+            if bool(weights.sum() > 3.0):
+                break
+        return torch.cat(alignments, 0), len(alignments)
+
+
+def test_a_list_that_starts_empty_takes_the_run_time_width_of_its_tensors(tmp_path):
+    torch.manual_seed(0)
+    scripted, compiled, python = _export(
+        tmp_path, AttentionWeights(), (torch.randn(2, 6), torch.tensor([6, 3])), "alignments"
+    )
+    counts = set()
+    for lengths in ([6, 3], [2, 1], [4, 4], [1, 1]):
+        memory = torch.randn(2, 6)
+        want = scripted(memory, torch.tensor(lengths))
+        for host in (compiled, python):
+            _same(host(memory.numpy(), np.array(lengths)), want)
+        assert want[0].shape[1] == max(lengths)
+        counts.add(want[1])
+    assert len(counts) >= 2, counts  # stopped by the gate and by the cap

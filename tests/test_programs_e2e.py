@@ -73,9 +73,9 @@ def test_both_hosts_match_pytorch_on_every_path(name: str, exported) -> None:
 def test_compiled_host_falls_back_with_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """While_cap's loop written as `torch.prim.Loop` (the form the host writes only for carried dtypes
     it cannot convert) still hits IREE 3.13's scf.while trap: the bundle falls back, naming the loop."""
-    from dycl_iree.hosts import compiled
+    from dycl_iree.hosts import control_flow
 
-    monkeypatch.setattr(compiled, "_builtin_type", lambda type_text: None)
+    monkeypatch.setattr(control_flow, "_builtin_type", lambda type_text: None)
     model, example_inputs = programs.MODELS["while_cap"]()[:2]
     bundle = dycl_iree.export(model, example_inputs)
     reason = bundle.manifest["compiled_host_unsupported"]

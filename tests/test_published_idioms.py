@@ -13,7 +13,6 @@ show the paths taken; every bundle gets the compiled host.
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import List, Optional, Tuple
 
@@ -182,27 +181,6 @@ def test_device_moves_are_the_tensor_itself(tmp_path):
         _check(scripted, (compiled, python), (torch.randn(2, 6, 4) * 3, lengths))
     (label,) = python.decisions
     assert dict(python.decisions[label]) == {True: 1, False: 1}
-
-
-class PackedEncoder(nn.Module):
-    """A seq2seq encoder as the PyTorch tutorials write it: pack, run the GRU, unpack."""
-
-    def __init__(self):
-        super(PackedEncoder, self).__init__()
-        self.gru = nn.GRU(4, 4, batch_first=True)
-
-    def forward(self, x, lengths):
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, hidden = self.gru(packed)
-        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True)
-        return outputs, hidden
-
-
-def test_a_packed_sequence_is_refused_at_the_models_line_with_the_rewrite():
-    line = inspect.getsourcelines(PackedEncoder.forward)[1] + 1
-    message = rf"_pack_padded_sequence \(from .*test_published_idioms.py:{line}\).*run the RNN on the padded batch"
-    with pytest.raises(dycl_iree.DyclError, match=message):
-        dycl_iree.export(PackedEncoder(), (torch.randn(2, 5, 4), torch.tensor([5, 3])))
 
 
 class GreedyTokens(nn.Module):

@@ -5,7 +5,19 @@ of `scf.while` break (README, "Known traps": the loop-narrowing crash and the ze
 
 from __future__ import annotations
 
-from ..program import Arg, Block, Constant, If, Loop, Value, arg_values, iter_nodes, node_inputs, sub_blocks
+from ..program import (
+    Arg,
+    Block,
+    Constant,
+    If,
+    Loop,
+    TensorType,
+    Value,
+    arg_values,
+    iter_nodes,
+    node_inputs,
+    sub_blocks,
+)
 from .types import INT64_MAX, mlir_type
 
 
@@ -18,10 +30,11 @@ class ControlFlowEmitter:
     def if_(self, node: If) -> None:
         condition, _ = self.operand(node.condition, "!torch.bool")
         types = [mlir_type(v.type) for v in node.outputs]
+        carriers = _carriers(types)
         result = self.fresh()
         count = len(types)
         prefix = "" if count == 0 else (f"{result} = " if count == 1 else f"{result}:{count} = ")
-        self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(types)}) {{")
+        self.emit(f"{prefix}torch.prim.If {condition} -> ({', '.join(carriers)}) {{")
         self.where.append(self.located(node.label, node.source))
         for index, block in enumerate((node.then_block, node.else_block)):
             if index == 1:
@@ -29,14 +42,14 @@ class ControlFlowEmitter:
             self.depth += 1
             saved = dict(self.names), dict(self.types)
             self.block(block)
-            yields = self.apart(self.region_results(block, types), types, alone=True)
-            suffix = f" {', '.join(yields)} : {', '.join(types)}" if types else ""
+            yields = self.apart(self.widened(self.region_results(block, types), types), carriers, alone=True)
+            suffix = f" {', '.join(yields)} : {', '.join(carriers)}" if types else ""
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
             self.depth -= 1
         self.emit(f"}} loc({self.where.pop()})")
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
-            self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+            self.define(value, self.narrowed(result if count == 1 else f"{result}#{position}", type_text), type_text)
 
     def loop(self, node: Loop) -> None:
         """A loop as `scf.if (start) { scf.while do-while }`, its carried values in builtin types.
@@ -49,17 +62,20 @@ class ControlFlowEmitter:
         in the `before` region and the condition computed there, is the one IREE handles everywhere,
         and an `scf.while` has none of `torch.prim.Loop`'s trip-count traps (ENVIRONMENT.md).
         """
-        carried = ["!torch.int", *[mlir_type(v.type) for v in node.outputs]]
+        types = [mlir_type(v.type) for v in node.outputs]
+        carried = ["!torch.int", *_carriers(types)]
         builtins = [_builtin_type(type_text) for type_text in carried]
         if None in builtins:
             return self.prim_loop(node)
-        types = carried[1:]
         trip, _ = self.operand(node.trip_count, "!torch.int")
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
+        spare = _starts_without_rows(node)
+        initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
+        initial = self.widened(initial, types)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
-        initial = self.apart(initial, types)
+        initial = self.apart(initial, carried[1:])
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
         count = len(builtins)
@@ -76,9 +92,14 @@ class ControlFlowEmitter:
         unread = [False] + [param not in read for param in node.body.params[1:]]
         kept = self.barrier_all(arguments, builtins, unread=unread)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
+        params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
+        params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        next_values = [
+            self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
+        ]
         go_bit = self.to_builtin(go, "!torch.bool")
-        next_values = self.apart(next_values, types)
+        next_values = self.apart(self.widened(next_values, types), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         next_builtins = [self.builtin_barrier(n, b) for n, b in zip(next_builtins, builtins)]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
@@ -94,8 +115,35 @@ class ControlFlowEmitter:
         self.emit("} else {")
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
-        for position, (value, type_text) in enumerate(zip(node.outputs, types)):
-            self.define(value, self.from_builtin(f"{result}#{position + 1}", type_text), type_text)
+        for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
+            name = self.narrowed(self.from_builtin(f"{result}#{position + 1}", carrier), type_text)
+            self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
+
+    def with_spare_row(self, name: str, type_text: str) -> str:
+        """`name` with one row of zeros in front (see `_starts_without_rows`)."""
+        rank = type_text.split("[", 1)[1].split("]", 1)[0].count(",") + 1
+        pads = [self.constant(0, None)[0] for _ in range(2 * rank - 2)] + [self.constant(1, None)[0]]
+        pads.append(self.constant(0, None)[0])
+        listed, value, padded = self.fresh(), self.constant(0.0, None)[0], self.fresh()
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(pads)} : ({', '.join(['!torch.int'] * len(pads))}) "
+            "-> !torch.list<int>"
+        )
+        self.emit(
+            f"{padded} = torch.aten.constant_pad_nd {name}, {listed}, {value} : {type_text}, !torch.list<int>, "
+            f"!torch.float -> {type_text}"
+        )
+        return padded
+
+    def without_spare_row(self, name: str, type_text: str) -> str:
+        """`name` without its first row."""
+        zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
+        end, sliced = self.constant(INT64_MAX, None)[0], self.fresh()
+        self.emit(
+            f"{sliced} = torch.aten.slice.Tensor {name}, {zero}, {one}, {end}, {one} : "
+            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {type_text}"
+        )
+        return sliced
 
     def loop_condition(self, counter: str, trip: str, condition: Arg) -> str:
         """`counter < trip and condition` (the condition left out when it is the constant true)."""
@@ -202,6 +250,34 @@ class ControlFlowEmitter:
             kept = tied
         return kept
 
+    def widened(self, names: list[str], types: list[str]) -> list[str]:
+        """`names`, each bool as its int (0 or 1): the form in which a bool crosses a branch or loop edge.
+
+        IREE 3.13's VM keeps an i1 in a 32-bit register and an i64 (an int, a tensor's size) in a
+        pair of them, and a branch that moves both kinds in a cycle (the pair `i44:45` into `i46:47`,
+        the bool `i46` into `i44`) makes the moves one after the other: the bool then reads half of
+        the size that just overwrote it. Fuzzer seed 71029's loop took the size of a tensor (64) for
+        its "returned" flag and returned the zeros standing in for the value of a `return` that
+        never ran, silently, depending on how the registers fell. With every scalar that crosses an
+        edge 64 bits wide (ints and sizes are; floats cross as f64), no move overlaps another's half.
+        """
+        widened = []
+        for name, type_text in zip(names, types):
+            if type_text == "!torch.bool":
+                as_int = self.fresh()
+                self.emit(f"{as_int} = torch.aten.Int.bool {name} : !torch.bool -> !torch.int")
+                name = as_int
+            widened.append(name)
+        return widened
+
+    def narrowed(self, name: str, type_text: str) -> str:
+        """`name` back as a bool where `type_text` is one (`widened`), else as it is."""
+        if type_text != "!torch.bool":
+            return name
+        as_bool = self.fresh()
+        self.emit(f"{as_bool} = torch.aten.Bool.int {name} : !torch.int -> !torch.bool")
+        return as_bool
+
     def barrier(self, name: str, type_text: str) -> str:
         """`name` (a tensor, int or bool) through `util.optimization_barrier` (see `builtin_barrier`)."""
         builtin = _scalar_or_builtin(type_text)
@@ -255,6 +331,28 @@ class ControlFlowEmitter:
         self.where.pop()
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, f"{result}#{position + 1}", type_text)
+
+
+def _carriers(types: list[str]) -> list[str]:
+    """The types in which `types` cross a branch or loop edge: a bool as an int (`widened`)."""
+    return ["!torch.int" if type_text == "!torch.bool" else type_text for type_text in types]
+
+
+def _starts_without_rows(node: Loop) -> set[int]:
+    """Positions of the carried tensors that start with no rows and have another dynamic dim (a list
+    of tensors that starts empty: `alignments: List[Tensor] = []` in Tacotron2's decode loop).
+
+    IREE 3.13 runs a loop that carries such a tensor wrongly: OUT_OF_RANGE in
+    `hal.device.queue.execute`, or rows of garbage (`acc = torch.zeros(0, n)`, then
+    `acc = torch.cat([acc, w], 0)` in a loop with a `break`; with one row to start from it is
+    right). So the loop carries them with one spare row of zeros in front, taken off at the top of
+    the body and after the loop."""
+    spare = set()
+    for position, arg in enumerate(node.initial):
+        shape = arg.type.shape if isinstance(arg, Value) and isinstance(arg.type, TensorType) else None
+        if shape and shape[0] == 0 and None in shape[1:] and node.outputs[position].type.shape[0] is None:
+            spare.add(position)
+    return spare
 
 
 def _values_read(block: Block) -> set[Value]:

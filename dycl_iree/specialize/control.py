@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import DyclError, SpecializeError
-from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, Loop, ScalarType, TensorType, Type, Value
+from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, ListType, Loop, ScalarType, TensorType, Type, Value
 from .aliasing import mutated_outer
 from .mutation import mark_stale
 from .schemas import source_of
@@ -120,6 +120,11 @@ class ControlFlow:
             value = self.new_value(type_, "unset")
             nodes.append(HostOp(STAND_IN, (), (value,), source))
             return value
+        if isinstance(type_, ListType):
+            # A list (the `List[int]` a decoder returns from inside its loop): an empty one.
+            value = self.new_value(ListType(type_.element, ()), "unset")
+            nodes.append(HostOp("prim::ListConstruct", (), (value,), source))
+            return value
         return entry
 
     def unroll(self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list) -> bool:
@@ -214,7 +219,12 @@ class ControlFlow:
                     types = [type_of(leaf, source) for leaf in initial_leaves]
                     continue
                 # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
-                reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                # An empty list's tensors take their dynamic sizes from those the loop starts from.
+                self.size_witnesses = initial_leaves
+                try:
+                    reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                finally:
+                    self.size_witnesses = []
                 if flatten_entries(reconciled)[1] == structure:
                     raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
                 initial = reconciled

@@ -79,10 +79,7 @@ class TensorLists:
         element = element_type(types, source)
         if not items:
             if any(d is None for d in element.shape):
-                raise SpecializeError(
-                    f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic "
-                    f"size ({source}): start it with its first tensor instead of []"
-                )
+                return TensorList(self.empty_stacked(element, source))
             empty = torch.zeros((0, *element.shape), dtype=torch_dtype(element.dtype))
             return TensorList(self.materialize(Constant(empty), source))
         stack = overload_of("aten::stack.default")
@@ -97,8 +94,50 @@ class TensorLists:
         element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
         unsqueeze, cat = overload_of("aten::unsqueeze.default"), overload_of("aten::cat.default")
         (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
+        self.check_same_sizes(items.value, row, source)
         (grown,) = self.emit_tensor_op(cat, [ListArg((items.value, row)), Constant(0)], [], source, name="stacked")
         return TensorList(grown)
+
+    def empty_stacked(self, element: TensorType, source: str) -> Value:
+        """The stacked form of an empty list whose tensors will have a dynamic dim
+        (`alignments: List[Tensor] = []` in Tacotron2's decode loop, whose tensors are as wide as
+        the encoder's steps): [0, *sizes], each dynamic size read from a tensor of the same shape
+        that the loop starts from (`size_witnesses`). Every append checks that its tensor has
+        those sizes (`check_same_sizes`), so a wrong witness is an error, never a wrong result.
+
+        The sizes cannot be 0 until the first append either: IREE 3.13 runs a loop that carries a
+        tensor with no rows and a dynamic dim wrongly (OUT_OF_RANGE, or rows of garbage)."""
+        for witness in self.size_witnesses:
+            type_ = tensor_type_of(witness)
+            if (
+                isinstance(witness, Value)
+                and type_ is not None
+                and type_.rank == element.rank
+                and all((a is None) == (b is None) and a == b for a, b in zip(type_.shape, element.shape))
+            ):
+                sizes = [Constant(0)] + [self.size_of(witness, dim, source) for dim in range(element.rank)]
+                zeros = overload_of("aten::zeros.default")
+                dtype = Constant(torch_dtype(element.dtype))
+                options = [("dtype", dtype)]
+                (empty,) = self.emit_tensor_op(zeros, [ListArg(tuple(sizes))], options, source, name="stacked")
+                return empty
+        raise SpecializeError(
+            f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic size that no "
+            f"tensor the loop starts from has ({source}): start it with its first tensor instead of []"
+        )
+
+    def check_same_sizes(self, stacked: Value, row: Value, source: str) -> None:
+        """A host check (shape reads, no device sync) that `row` has the stacked tensors' sizes in
+        its dynamic dims, as stacking them at the end needs."""
+        for dim in range(1, row.type.rank):
+            if row.type.shape[dim] is None or stacked.type.shape[dim] is None:
+                want, have = self.size_of(stacked, dim, source), self.size_of(row, dim, source)
+                message = Constant(
+                    f"RuntimeError: the tensors of a list that grows at run time must have the same sizes; a tensor "
+                    f"of another size in dim {dim - 1} was appended ({source})"
+                )
+                upper = self.emit_host("aten::add.int", (want, Constant(1)), "int", source)
+                self.nodes.append(HostOp(CHECK_INDEX, (have, want, upper, message), (), source))
 
     def list_length(self, items: TensorList, source: str) -> Any:
         length = items.value.type.shape[0]

@@ -53,6 +53,7 @@ from .aliasing import collect_mutated_lists
 from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
+from .packed import PackedSequences
 from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
 from .schemas import (
     DTYPE_CODES,
@@ -97,9 +98,10 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, TensorLists, HostScalars):
+class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
-    nodes so far. Control flow, lists of run-time length and host scalars are its mixins."""
+    nodes so far. Control flow, lists of run-time length, host scalars and PackedSequences are its
+    mixins."""
 
     def __init__(self, captured: CapturedModel) -> None:
         self.captured = captured
@@ -118,6 +120,8 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
         self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
+        self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
+        self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
 
     # -- values -----------------------------------------------------------------------------
     def new_value(self, type_: Type, name: str = "") -> Value:
@@ -157,7 +161,9 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
     def visit(self, node: torch._C.Node) -> None:
         kind = node.kind()
         handler = _HANDLERS.get(kind)
-        if handler is not None:
+        if self.reads_packed(node):
+            self.visit_packed_use(node)
+        elif handler is not None:
             handler(self, node)
         elif kind.startswith("aten::") or kind.startswith("prim::"):
             self.visit_op(node)
@@ -257,21 +263,6 @@ class _Specializer(ControlFlow, TensorLists, HostScalars):
         else:
             answer = False
         self.bind(node.output(), Constant(answer))
-
-    def visit_packed_sequence(self, node: torch._C.Node) -> None:
-        """`nn.utils.rnn.pack_padded_sequence`: refused at the model's line, with the rewrite.
-
-        A PackedSequence holds a batch of sequences sorted by length and cut to each length, whose
-        sizes depend on the lengths' values; the recurrent layers run over it with a batch that
-        shrinks per step. The padded batch with a mask computes the same outputs at the valid
-        steps."""
-        raise UnsupportedOpError(
-            node.kind(),
-            _caller_line(self.captured, "pack_padded_sequence") or source_of(node),
-            detail="a PackedSequence is not supported: run the RNN on the padded batch, then zero the "
-            "steps past each length (`out * (torch.arange(T)[None, :] < lengths[:, None]).unsqueeze(2)`) "
-            "and take each sequence's last state as `out[torch.arange(B), lengths - 1]`",
-        )
 
     def visit_recurrent(self, node: torch._C.Node) -> None:
         """`nn.LSTM` / `nn.GRU` / `nn.RNN` over a sequence of run-time length: their loop over time
@@ -729,7 +720,7 @@ _HANDLERS = {
     "aten::len": _Specializer.visit_len,
     "aten::__getitem__": _Specializer.visit_getitem,
     "prim::isinstance": _Specializer.visit_isinstance,
-    "aten::_pack_padded_sequence": _Specializer.visit_packed_sequence,
+    "aten::_pack_padded_sequence": _Specializer.visit_pack_padded_sequence,
     "aten::cpu": _Specializer.visit_device_move,
     "aten::cuda": _Specializer.visit_device_move,
     "aten::to": _Specializer.visit_device_move,
@@ -737,21 +728,6 @@ _HANDLERS = {
     "aten::tensor": _Specializer.visit_list_to_tensor,
     **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
-
-
-def _caller_line(captured: CapturedModel, function: str) -> str:
-    """The model's own line that calls the TorchScript function `function` (torch's code is inlined
-    in the frozen graph, which keeps only torch's lines), or "" if it is not found."""
-    for child in captured.scripted.modules():  # the model itself first, then its submodules
-        try:
-            graph = child.graph
-        except (AttributeError, RuntimeError):
-            continue
-        for node in graph.findAllNodes("prim::CallFunction"):
-            callee = node.inputsAt(0).node()
-            if callee.kind() == "prim::Constant" and function in str(callee):
-                return source_of(node)
-    return ""
 
 
 def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:
