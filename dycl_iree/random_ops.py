@@ -181,7 +181,8 @@ def _feature_dropout(input: torch.Tensor, p: float, state: torch.Tensor) -> tupl
     return _dropped(input, mask_size, p, state), _next(state)
 
 
-_LIBRARY = torch.library.Library("dycl", "DEF")
+# A fragment: padded_rnn.py defines other dycl:: ops, and a namespace has one DEF library at most.
+_LIBRARY = torch.library.Library("dycl", "FRAGMENT")
 # (schema, function) of each op. The state is the last tensor argument and the last result of every op.
 # Rates and bounds are `Scalar`, not `float`: a dropout rate that is a float input of the model reaches
 # the segment as `.item()` of a 0-d tensor, an unbacked SymFloat under torch.export, which a `float`
