@@ -241,6 +241,10 @@ def _default_device(root: Path, manifest: dict[str, Any]) -> str:
 
 
 def _print_outputs(outputs: Any, prefix: str = "output") -> None:
+    if isinstance(outputs, dict):
+        for key, item in outputs.items():
+            _print_outputs(item, f"{prefix}[{key!r}]")
+        return
     if isinstance(outputs, (tuple, list)) and not isinstance(outputs, np.ndarray):
         for index, item in enumerate(outputs):
             _print_outputs(item, f"{prefix}[{index}]")

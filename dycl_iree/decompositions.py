@@ -36,6 +36,8 @@ def decomposition_table() -> dict[Any, Any]:
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
         table[op] = _filled_unless_static(table.get(op), fill_value)
     table.update(_KEEPING_NAN)
+    table[aten.nonzero_static.default] = nonzero_static_by_scatter
+    table[aten.sort.default] = _without_reentry(sort_reading_its_values, table.get(aten.sort.default))
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))
     table[aten.log2.default] = _logarithm_in_base(2.0)
@@ -541,6 +543,60 @@ _KEEPING_NAN = {
     aten.max.dim: max_dim_keeping_nan,
     aten.min.dim: min_dim_keeping_nan,
 }
+
+
+def nonzero_static_by_scatter(input: torch.Tensor, *, size: Any, fill_value: int = -1) -> torch.Tensor:
+    """`nonzero_static(input, size=n)`: the indices of the first `n` nonzero elements, in row-major
+    order, padded with `fill_value` (torch-mlir does not lower the op; IREE then fails on it).
+
+    Specialize rewrites `nonzero(mask)` into this with `n` the count the host read
+    (`specialize/selections.py`), so `n` is a run-time int and the result's dim 0 is dynamic. Each
+    selected element's row is the running count of selected elements before it (a cumsum), every
+    other element goes to a spare row `n`, and one scatter writes the coordinates: linear work, no
+    sort and no data-dependent shape inside the segment.
+
+    >>> nonzero_static_by_scatter(torch.tensor([[0, 3], [5, 0]]), size=2).tolist()
+    [[0, 1], [1, 0]]
+    """
+    rank = input.dim()
+    if rank == 0:
+        return NotImplemented
+    flat = aten.reshape.default(input, [-1])
+    selected = aten.ne.Scalar(flat, 0)
+    row = aten.sub.Tensor(aten.cumsum.default(selected, 0, dtype=torch.int64), 1)
+    row = aten.where.ScalarOther(selected, row, size)
+    # Each element's coordinates, as aranges broadcast over the mask's shape (no division by a
+    # run-time size: torch decomposes it into a `div.Tensor_mode` by an int, which torch-mlir rejects).
+    coordinates = []
+    for dim in range(rank):
+        shape = [1] * rank
+        shape[dim] = -1
+        along = aten.view.default(aten.arange.default(input.shape[dim], dtype=torch.int64), shape)
+        coordinates.append(aten.reshape.default(aten.expand.default(along, list(input.shape)), [-1]))
+    spare = aten.full.default([size + 1, rank], fill_value, dtype=torch.int64)
+    written = aten.index_put.default(spare, [row], aten.stack.default(coordinates, 1))
+    return aten.slice.Tensor(written, 0, 0, size)
+
+
+def sort_reading_its_values(
+    input: torch.Tensor, dim: int = -1, descending: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sort` along a dynamic dim, with indices that read the sorted values.
+
+    IREE 3.13 fails to compile a sort of a dynamic size whose sorted values nothing reads ("'memref.alloca'
+    op expected no unbounded stack allocations": the dispatch keeps them in a stack buffer of the run-time
+    size), and that is SSD's `_, idx = scores.sort(0)`. The indices pass through a `where` on a condition
+    that is never true but that the compiler cannot fold (`v != v and v == v`), so the values leave the
+    sort's dispatch. The same sort with a static size, or with its values used, compiles as it is.
+
+    >>> [t.tolist() for t in sort_reading_its_values(torch.tensor([2.0, 1.0]))]
+    [[1.0, 2.0], [1, 0]]
+    """
+    values, indices = aten.sort.default(input, dim, descending)
+    if isinstance(input.shape[dim], int):
+        return values, indices
+    never = aten.logical_and.default(aten.ne.Tensor(values, values), aten.eq.Tensor(values, values))
+    return values, aten.where.ScalarSelf(never, -1, indices)
 
 
 # --- Indices kept inside their tensor --------------------------------------------------------------

@@ -14,7 +14,13 @@ whose parameters are the model's inputs and outputs in C types:
   against a `dycl_runtime.h` of another main_abi;
 * a model that draws random numbers (main_abi 3) also takes its generator's state, `const int32_t*
   random_state` (two words) after its inputs, and returns the next one, `int32_t* next_random_state`
-  after its outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream).
+  after its outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream);
+* structured outputs are flat, in the order of the model's output (the header shows the structure
+  over the C names): a dict or NamedTuple is one output per key or field, named
+  `output<i>_<key>`; an Optional decided at run time is a `bool* output<i>_has_value` flag
+  followed by its value's outputs, which hold a stand-in (zeros) where the flag is false; a dict
+  key the model sets on some paths only has such a flag too (`output<i>_has_value` before it);
+  None is no output at all.
 
 The runtime checks every input against the signature (rank, static sizes, dynamic sizes,
 capacity) before any device work. `<name>_run_values` is the same call with generic values, for
@@ -39,6 +45,7 @@ from typing import Any, Sequence
 
 from host_runtime.bundle_format import MAIN_ABI, check_file, check_main_abi, read_manifest, select_cpu_target
 from host_runtime.errors import BundleError, DyclError
+from host_runtime.output_tree import describe_tree, leaf_labels
 
 _C_TYPES = {
     "float32": "float",
@@ -126,6 +133,8 @@ class CBundle:
     vmfb: Path
     inputs: list[CValue]
     outputs: list[CValue]
+    structure: str = ""  # what the model returns, over the outputs' C names
+    flagged: bool = False  # some output is an Optional's or a dict key's has_value flag
     # The model draws random numbers: the last input is the generator's state, the last output the next.
     random_state: bool = False
 
@@ -152,8 +161,8 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     name = c_identifier(name or stem)
     taken: set[str] = set()
     input_specs, input_labels = list(manifest["inputs"]), [spec["name"] for spec in manifest["inputs"]]
-    leaves = list(manifest["outputs"]["leaves"])
-    output_labels = [f"output{i}" for i in range(len(leaves))]
+    leaves, tree = list(manifest["outputs"]["leaves"]), manifest["outputs"]["tree"]
+    output_labels = leaf_labels(tree, len(leaves))
     random_state = bool(manifest.get("random_state"))
     if random_state:
         # main_abi 3 is main_abi 2 with the random state (two int32 words) after the inputs and its
@@ -165,10 +174,26 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
         output_labels.append("next_random_state")
     inputs = _values(input_specs, input_labels, taken, "input")
     outputs = _values(leaves, output_labels, taken, "output")
-    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs, random_state)
+    structure = describe_tree(tree, [value.name for value in outputs])
+    flagged = any(value.label.endswith("_has_value") for value in outputs)
+    model, module_name = manifest["model"], manifest["module_name"]
+    return CBundle(name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state)
 
 
 # -- the header ---------------------------------------------------------------------------------------
+
+
+def _structure_lines(bundle: CBundle) -> list[str]:
+    """The model's output structure over the C outputs, and how an Optional or dict appears in C."""
+    if not bundle.structure:
+        return []
+    lines = ["// The model returns (Python notation, over the outputs above):", f"//   {bundle.structure}"]
+    if bundle.flagged:
+        lines += [
+            "// An Optional (or a dict key the model sets on some paths only) is a has_value flag beside",
+            "// its value's outputs; where the flag is false the value's buffers hold zeros, not data.",
+        ]
+    return lines
 
 
 def _parameters(bundle: CBundle) -> list[str]:
@@ -210,6 +235,7 @@ def header(bundle: CBundle) -> str:
         *[f"//   {value.name}: {value.describe()}" for value in bundle.inputs],
         "// Outputs:",
         *[f"//   {value.name}: {value.describe()}" for value in bundle.outputs],
+        *_structure_lines(bundle),
         f"#ifndef {guard}",
         f"#define {guard}",
         "",

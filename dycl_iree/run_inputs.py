@@ -150,8 +150,9 @@ def read_npz(path: Path, specs: list[dict[str, Any]]) -> tuple:
 
 
 def write_outputs(path: Path, names: Sequence[str], leaves: Sequence[Any]) -> None:
-    """Write the outputs to an `.npz`, one array per output name (scalars as 0-d arrays)."""
-    np.savez(path, **{name: np.asarray(value) for name, value in zip(names, leaves)})
+    """Write the outputs to an `.npz`, one array per output name (scalars as 0-d arrays); an unset
+    Optional's value is left out (its `_has_value` flag is false)."""
+    np.savez(path, **{name: np.asarray(value) for name, value in zip(names, leaves) if value is not None})
 
 
 def _read_array_file(path: Path, spec: dict[str, Any], where: str) -> Any:

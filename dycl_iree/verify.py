@@ -92,8 +92,12 @@ def _label_order(label: str) -> tuple[str, int]:
 
 
 def flatten(outputs: Any) -> list[Any]:
+    """One sample's outputs as leaves; a dict is its keys (compared exactly: the path decides
+    which a dict holds) and then its values; None is a leaf (the bundle must return None too)."""
     if isinstance(outputs, (tuple, list)):
         return [leaf for item in outputs for leaf in flatten(item)]
+    if isinstance(outputs, dict):
+        return [tuple(outputs), *(leaf for value in outputs.values() for leaf in flatten(value))]
     return [outputs]
 
 

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import BundleError
+from .output_tree import TreeProblem, check_tree
 
 FORMAT = "dycl_iree-bundle"
 # 2: the compiled host's `main` takes and returns scalars as 0-d tensors (MAIN_ABI 2). A runtime that
@@ -181,24 +182,6 @@ def _check_value(spec: Any, where: str, named: bool = False) -> None:
         _key(spec, "element", str, where)
 
 
-def _check_tree(tree: Any, leaf_count: int, where: str) -> None:
-    if type(tree) is int:
-        if not 0 <= tree < leaf_count:
-            raise _Problem(f"{where} names leaf {tree}, but there are {leaf_count}")
-        return
-    if isinstance(tree, dict):
-        # {"list": [...]} is a list of subtrees, {"unstack": leaf} a stacked list of tensors.
-        if set(tree) == {"unstack"}:
-            _check_tree(_expect(tree["unstack"], int, f"{where}.unstack"), leaf_count, f"{where}.unstack")
-            return
-        if set(tree) != {"list"}:
-            raise _Problem(f"{where} is a dict with keys {sorted(tree)}; expected 'list' or 'unstack'")
-        tree = tree["list"]
-        where = f"{where}.list"
-    for index, item in enumerate(_expect(tree, list, where)):
-        _check_tree(item, leaf_count, f"{where}[{index}]")
-
-
 def _check_manifest(manifest: dict[str, Any]) -> None:
     _key(manifest, "model", str, "")
     _key(manifest, "module_name", str, "")
@@ -208,7 +191,10 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
     leaves = _key(outputs, "leaves", list, "outputs")
     for index, spec in enumerate(leaves):
         _check_value(spec, f"outputs.leaves[{index}]")
-    _check_tree(_key(outputs, "tree", (int, list, dict), "outputs"), len(leaves), "outputs.tree")
+    try:
+        check_tree(_key(outputs, "tree", (int, list, dict, type(None)), "outputs"), len(leaves), "outputs.tree")
+    except TreeProblem as problem:
+        raise _Problem(str(problem)) from None
     for index, segment in enumerate(_key(manifest, "segments", list, "")):
         where = f"segments[{index}]"
         _expect(segment, dict, where)

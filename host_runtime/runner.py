@@ -19,6 +19,7 @@ import numpy as np
 from .bundle_format import check_file, check_main_abi, read_manifest, select_cpu_target
 from .errors import BundleError, InputError, ModelRaised
 from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
+from .output_tree import build_outputs, flatten_outputs, leaf_labels
 from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
 
 _NUMPY_DTYPES = {
@@ -218,12 +219,14 @@ class Runner:
 
     @property
     def outputs(self) -> list[Port]:
-        """The model's outputs as flat leaves (`output0`, `output1`, ... in the order `flatten_outputs` gives)."""
-        return [_port(f"output{index}", spec) for index, spec in enumerate(self._leaves)]
+        """The model's outputs as flat leaves (`output0`, `output1_logits`, ... in the order `flatten_outputs`
+        gives; see `output_tree.leaf_labels`)."""
+        labels = leaf_labels(self._tree, len(self._leaves))
+        return [_port(label, spec) for label, spec in zip(labels, self._leaves)]
 
     def flatten_outputs(self, outputs: Any) -> list:
         """The leaves of what a call returned, in `outputs` order (a run-time list of tensors as one stacked array)."""
-        return _flatten(self._tree, outputs)
+        return flatten_outputs(self._tree, outputs)
 
     @property
     def decisions(self) -> dict[str, dict[bool, int]]:
@@ -307,6 +310,8 @@ class Runner:
         kind = spec["kind"]
         if "constant" in spec and value is None:
             return spec["constant"]
+        if value is None:  # the Python host's stand-in for an Optional's unset value
+            return None
         if kind in _SCALAR_DTYPES and not isinstance(value, (bool, int, float)):
             value = to_scalar(value)  # the compiled host returns a scalar as a 0-d tensor (main_abi 2)
         if kind == "tensor":
@@ -478,16 +483,6 @@ def _check_shared_dims(groups: list[tuple[str, list[tuple[int, int, str]]]], inp
                 )
 
 
-def _flatten(tree: Any, outputs: Any) -> list:
-    if isinstance(tree, int):
-        return [outputs]
-    if isinstance(tree, dict):
-        if "unstack" in tree:
-            return [np.stack(outputs) if len(outputs) else np.zeros((0,))]
-        return [leaf for t, o in zip(tree["list"], outputs) for leaf in _flatten(t, o)]
-    return [leaf for t, o in zip(tree, outputs) for leaf in _flatten(t, o)]
-
-
 def available_devices() -> list[str]:
     """The devices this machine can run bundles on, as `load(device=...)` takes them.
 
@@ -545,21 +540,6 @@ def _to_numpy(value: Any) -> np.ndarray | None:
 
 def _shape_text(shape: list) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def build_outputs(tree: Any, leaves: list) -> Any:
-    """Rebuild the model's output structure from the manifest's tree.
-
-    An int picks a leaf, a JSON list is a tuple, `{"list": [...]}` a list, and `{"unstack": i}` a
-    list of tensors whose length varies at run time: leaf i holds them stacked along dim 0.
-    """
-    if isinstance(tree, int):
-        return leaves[tree]
-    if isinstance(tree, dict):
-        if "unstack" in tree:
-            return list(leaves[tree["unstack"]])
-        return [build_outputs(t, leaves) for t in tree["list"]]
-    return tuple(build_outputs(t, leaves) for t in tree)
 
 
 def load(

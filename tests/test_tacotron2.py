@@ -110,9 +110,9 @@ def test_the_published_encoder_packs_and_runs_on_the_compiled_host(tacotron2, tm
 
 @pytest.mark.xfail(
     strict=True,
-    reason="`mel_specgram_lengths[~finished] += 1` needs writes through a boolean mask (nonzero's meta kernel "
-    "refuses a size from data); with them the model matches PyTorch on the Python host, but iree-compile rejects "
-    "the compiled host of its decode loop (README, Known traps)",
+    reason="`mel_specgram_lengths[~finished] += 1` exports (a write through a boolean mask), but iree-compile "
+    'rejects the compiled host of the decode loop ("failed to legalize unresolved target materialization from '
+    "('index') to ('!stream.resource<*>', 'index')\"), so the bundle takes the Python host (README, Known traps)",
 )
 def test_infer_exports_with_the_compiled_host_and_stops_where_pytorch_stops(tacotron2, tmp_path):
     bundle = dycl_iree.export(Infer(tacotron2), (torch.randint(0, 10, (2, TOKENS)), torch.tensor([TOKENS, 4])))

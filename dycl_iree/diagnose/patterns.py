@@ -107,14 +107,20 @@ def _string_annotation_problem(headline: str, code: UserCode) -> Problem | None:
     and no source line.
     """
     found = re.match(r"Unknown type annotation: '(.+)' at\s*$", headline)
-    if found is None:
+    # The same annotation, once TorchScript has typed a module of that class before (another model
+    # in the process), reads "Expected inferred type to be interface type for 'layers'".
+    interface = re.match(r"Expected inferred type to be interface type for '(\w+)'", headline)
+    if found is None and interface is None:
         return None
     for module_class in code.instances:
         for owner in module_class.__mro__:
             for name, annotation in vars(owner).get("__annotations__", {}).items():
-                if isinstance(annotation, type) and str(annotation) == found.group(1):
+                module_type = isinstance(annotation, type) and issubclass(annotation, torch.nn.Module)
+                if module_type and (
+                    str(annotation) == (found and found.group(1)) or name == (interface and interface.group(1))
+                ):
                     return _module_annotation_problem(owner, name, annotation, headline)
-                if annotation != found.group(1):
+                if found is None or annotation != found.group(1):
                     continue
                 file, line = class_attribute_line(owner, name)
                 fix = (

@@ -73,7 +73,7 @@ LIST_MUTATORS = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop",
 
 
 def node_mutates_first_input(node: torch._C.Node) -> bool:
-    if node.kind() in LIST_MUTATORS:
+    if node.kind() in LIST_MUTATORS or node.kind() == "prim::SetAttr":  # a dict write is `_set_item`
         return True
     if not node.kind().startswith("aten::") or node.inputsSize() == 0:
         return False

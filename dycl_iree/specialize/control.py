@@ -18,16 +18,16 @@ from .aliasing import mutated_outer
 from .mutation import mark_stale
 from .schemas import source_of
 from .stand_ins import reuse_parameters
-from .values import (
-    INT64_MAX,
-    UNINITIALIZED,
-    TupleEntry,
+from .structured import (
+    OptionalEntry,
+    RecordEntry,
+    conform,
     flatten_entries,
-    join_types,
-    same_constant,
-    type_of,
+    mark_shared,
     unflatten_entries,
+    unset_like,
 )
+from .values import INT64_MAX, UNINITIALIZED, TupleEntry, is_none, join_types, same_constant, type_of
 
 
 class ControlFlow:
@@ -71,6 +71,9 @@ class ControlFlow:
             if a is not None and b is not None and same_constant(a, b):
                 joined.append(a)
                 continue
+            if (is_none(a) and (b is None or _unset(b))) or (is_none(b) and (a is None or _unset(a))):
+                joined.append(Constant(None))  # None where it is read, never read on the other side
+                continue
             type_a = None if a is None else type_of(a, source)
             type_b = None if b is None else type_of(b, source)
             type_ = join_types(type_a, type_b, source)
@@ -96,7 +99,8 @@ class ControlFlow:
         if then_raised and else_raised:
             self.raised = True
             return
-        rebuilt = unflatten_entries(structure, joined)
+        sides = [then_results] * (not then_raised) + [else_results] * (not else_raised)
+        rebuilt = mark_shared(sides, unflatten_entries(structure, joined))
         ts_outputs = list(node.outputs())
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
@@ -196,48 +200,66 @@ class ControlFlow:
         initial = list(carried) + [self.entry(m) for m in mutated]
         initial_leaves, structure = flatten_entries(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
-        types = [type_of(leaf, source) for leaf in initial_leaves]
+        types = [_carried_type(leaf, source) for leaf in initial_leaves]
         for _attempt in range(8):
             index = self.new_value(ScalarType("int", 0), "i")
-            params = [self.new_value(t, "c") for t in types]
+            # A None the loop starts with is the constant None in the body until the body sets it.
+            params = [Constant(None) if t is _NONE else self.new_value(t, "c") for t in types]
             saved_env = dict(self.env)
-            entries = unflatten_entries(structure, params)
+            entries = mark_shared([initial], unflatten_entries(structure, params))
             for ts_value, entry in zip(mutated, entries[len(carried) :]):
                 self.bind(ts_value, entry)
             body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
             self.env = saved_env
             if raised:
                 raise SpecializeError(f"a loop body that always raises ({source})")
+            # An Optional the loop carries: the body's value or None is a set or unset Optional.
+            results = [results[0], *(conform(r, like) for r, like in zip(results[1:], entries))]
             result_leaves, result_structure = flatten_entries(results[1:])
-            if result_structure != structure:
+            set_in_body = result_structure == structure and any(
+                t is _NONE and not is_none(leaf) for t, leaf in zip(types, result_leaves)
+            )
+            if result_structure != structure or set_in_body:
                 # A `return` inside the loop: TorchScript carries the returned tuple, uninitialized
                 # until the body returns; it takes the structure of what the body returns.
                 adapted = [_uninitialized_like(a, b)[0] for a, b in zip(initial, results[1:])]
                 if flatten_entries(adapted)[1] != structure:
                     initial = adapted
                     initial_leaves, structure = flatten_entries(initial)
-                    types = [type_of(leaf, source) for leaf in initial_leaves]
+                    types = [_carried_type(leaf, source) for leaf in initial_leaves]
                     continue
-                # A list of tensors that the body appends to: carry it as a TensorList, and visit again.
+                # A list of tensors that the body appends to: carry it as a TensorList; a None the
+                # body sets: carry it as an Optional, typed by the value the body set. Visit again.
                 # An empty list's tensors take their dynamic sizes from those the loop starts from.
                 self.size_witnesses = initial_leaves
                 try:
-                    reconciled = [self.reconcile(a, b, self.nodes, [], source)[0] for a, b in zip(initial, results[1:])]
+                    pairs = [self.reconcile(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
                 finally:
                     self.size_witnesses = []
+                reconciled = [a for a, _ in pairs]
                 if flatten_entries(reconciled)[1] == structure:
                     raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")
                 initial = reconciled
                 initial_leaves, structure = flatten_entries(initial)
                 initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
-                types = [type_of(leaf, source) for leaf in initial_leaves]
+                set_leaves = flatten_entries([b for _, b in pairs])[0]
+                types = [
+                    _carried_type(set_leaf if _unset(leaf) else leaf, source)
+                    for leaf, set_leaf in zip(initial_leaves, set_leaves)
+                ]
                 continue
-            new_types = [join_types(t, type_of(leaf, source), source) for t, leaf in zip(types, result_leaves)]
+            new_types = [_join_carried(t, leaf, source) for t, leaf in zip(types, result_leaves)]
             if new_types == types:
                 break
             types = new_types
         else:
             raise SpecializeError(f"the types of loop-carried values do not settle ({source})")
+        # A None the body never sets is no carried value: the loop's result is None.
+        count, kept = len(types), [k for k, t in enumerate(types) if t is not _NONE]
+        types, params = [types[k] for k in kept], [params[k] for k in kept]
+        initial_leaves, result_leaves = [initial_leaves[k] for k in kept], [result_leaves[k] for k in kept]
+        # A slot the body leaves unset (an Optional that an iteration does not set) keeps its value.
+        result_leaves = [param if _unset(leaf) else leaf for leaf, param in zip(result_leaves, params)]
         outputs = tuple(self.new_value(t, "c") for t in types)
         # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
         body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
@@ -255,7 +277,9 @@ class ControlFlow:
                 source,
             )
         )
-        rebuilt = unflatten_entries(structure, list(outputs))
+        loop_results = iter(outputs)
+        leaves = [next(loop_results) if k in kept else Constant(None) for k in range(count)]
+        rebuilt = mark_shared([initial, results[1:]], unflatten_entries(structure, leaves))
         for output, entry in zip(ts_outputs, rebuilt[: len(ts_outputs)]):
             self.bind(output, entry)
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
@@ -269,14 +293,38 @@ UNROLL_LIMIT = 64
 
 
 def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
-    """An uninitialized value takes the tuple structure of the other side's entry. TorchScript yields
+    """An uninitialized value takes the structure of the other side's entry. TorchScript yields
     one (`prim::Uninitialized`) on the side of a branch that does not `return`; when the returned
-    value is a tuple (`return output, output_id` inside SDN's loop over blocks), the other side's
-    entry is a TupleEntry."""
+    value is a tuple (`return output, output_id` inside SDN's loop over blocks), an Optional or a
+    record, the other side's entry is one."""
 
     def like(entry: Any, other: Any) -> Any:
-        if isinstance(entry, Constant) and entry.value is UNINITIALIZED and isinstance(other, TupleEntry):
-            return TupleEntry(tuple(like(Constant(UNINITIALIZED), item) for item in other.items))
+        if isinstance(entry, Constant) and entry.value is UNINITIALIZED:
+            if isinstance(other, (TupleEntry, OptionalEntry, RecordEntry)):
+                return unset_like(other)
+        elif isinstance(entry, TupleEntry) and isinstance(other, TupleEntry) and len(entry.items) == len(other.items):
+            return TupleEntry(tuple(like(e, o) for e, o in zip(entry.items, other.items)))
+        elif isinstance(entry, OptionalEntry) and isinstance(other, OptionalEntry):
+            return OptionalEntry(entry.present, like(entry.value, other.value))
         return entry
 
     return like(a, b), like(b, a)
+
+
+def _carried_type(leaf: Any, source: str) -> Any:
+    """The type a loop carries a leaf with; `_NONE` for a None (carried as the constant until the
+    body sets it, then as an Optional)."""
+    return _NONE if is_none(leaf) else type_of(leaf, source)
+
+
+def _join_carried(a: Any, b: Any, source: str) -> Any:
+    if a is _NONE or (a is None and is_none(b)):  # None, or unset until the body sets it to None
+        return _NONE if is_none(b) or _unset(b) else type_of(b, source)
+    return join_types(a, None if is_none(b) else type_of(b, source), source)
+
+
+_NONE = object()
+
+
+def _unset(leaf: Any) -> bool:
+    return isinstance(leaf, Constant) and leaf.value is UNINITIALIZED

@@ -14,6 +14,7 @@ from host_runtime import scalar_ops
 from ..errors import UnsupportedOpError
 from ..program import Arg, Constant, HostOp, ListArg, ScalarType, TensorType, Value
 from .schemas import call_overload, source_of, torch_dtype
+from .structured import RecordEntry, RuntimeText
 from .values import (
     TensorList,
     fold_scalar,
@@ -125,7 +126,9 @@ class HostScalars:
 
     def visit_len(self, node: torch._C.Node) -> None:
         subject = self.entry(node.input())
-        if isinstance(subject, ListArg):
+        if isinstance(subject, (ListArg, RecordEntry)):
+            if isinstance(subject, RecordEntry):
+                self.key_set_known(subject, "len()", source_of(node))
             self.bind(node.output(), Constant(len(subject.items)))
         elif isinstance(subject, TensorList):
             self.bind(node.output(), self.list_length(subject, source_of(node)))
@@ -167,6 +170,10 @@ class HostScalars:
             self.bind(node.output(), Constant(list(entry.value)) if isinstance(entry, Constant) else entry)
             return
         if all(isinstance(e, Constant) for e in entries) or kind in ("aten::format", "aten::str"):
+            if kind == "aten::str" and not all(isinstance(e, Constant) for e in entries):
+                # `str(tokens)`: a string the Program cannot carry; refused where it is used.
+                self.bind(node.output(), RuntimeText(source))
+                return
             if not all(isinstance(e, Constant) for e in entries):
                 # Only error messages are formatted from run-time values (or from tuples, as
                 # nn.RNN's state-size check does); keep the template.

@@ -15,6 +15,7 @@ from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
 from .schemas import overload_of, source_of, torch_dtype
+from .structured import RecordEntry
 from .values import (
     INT64_MAX,
     TensorList,
@@ -222,7 +223,9 @@ class TensorLists:
     def visit_getitem(self, node: torch._C.Node) -> None:
         subject, index = (self.entry(v) for v in node.inputs())
         source = source_of(node)
-        if isinstance(subject, ListArg) and isinstance(index, Constant):
+        if isinstance(subject, RecordEntry):
+            self.dict_getitem(node, subject, index)
+        elif isinstance(subject, ListArg) and isinstance(index, Constant):
             if not -len(subject.items) <= index.value < len(subject.items):
                 raise SpecializeError(
                     f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"

@@ -1,7 +1,8 @@
 """What specialize knows about each TorchScript value: its *entry*, and the entries' types.
 
 An entry is a `Constant` (known at export time), a typed `Value` (known only at run time), a
-`ListArg` (a fixed-length list) or a `TupleEntry`. This module holds what the visitor asks of
+`ListArg` (a fixed-length list), a `TupleEntry`, a `TensorList`, or one of the structured kinds of
+`structured` (Optionals, dicts, NamedTuples, objects). This module holds what the visitor asks of
 entries (their types, the join of two paths' types, flattening for outputs) and the types of the
 graph inputs from the example inputs and the dims declared dynamic.
 
@@ -287,39 +288,6 @@ def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
     if isinstance(a, ListType) and isinstance(b, ListType):
         return ListType(a.element, a.hint if len(a.hint) >= len(b.hint) else b.hint)
     raise SpecializeError(f"a value changes kind between paths ({source})")
-
-
-def flatten_entries(entries: list) -> tuple[list, Any]:
-    leaves: list = []
-
-    def walk(entry: Any) -> Any:
-        if isinstance(entry, TupleEntry):
-            return ("tuple", tuple(walk(i) for i in entry.items))
-        if isinstance(entry, ListArg):
-            return ("list", tuple(walk(i) for i in entry.items))
-        if isinstance(entry, TensorList):
-            leaves.append(entry.value)
-            return ("tensor_list", ())
-        leaves.append(entry)
-        return "leaf"
-
-    structure = tuple(walk(e) for e in entries)
-    return leaves, structure
-
-
-def unflatten_entries(structure: Any, leaves: list) -> list:
-    iterator = iter(leaves)
-
-    def build(node: Any) -> Any:
-        if node == "leaf":
-            return next(iterator)
-        kind, items = node
-        if kind == "tensor_list":
-            return TensorList(next(iterator))
-        built = tuple(build(i) for i in items)
-        return TupleEntry(built) if kind == "tuple" else ListArg(built)
-
-    return [build(s) for s in structure]
 
 
 # ---------------------------------------------------------------------------------------------

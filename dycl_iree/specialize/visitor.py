@@ -18,7 +18,8 @@ mutation rebinds the TorchScript value to a new Program value, and values mutate
 or loop become extra outputs or loop-carried values.
 
 The walk is split by what it handles: `control` (branches and loops), `tensor_lists` (lists of
-tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views).
+tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views),
+`selections` (sizes made by data: `nonzero`, boolean masks).
 
 Example:
     >>> program = specialize(capture(model), (torch.randn(1, 8),))     # doctest: +SKIP
@@ -72,12 +73,22 @@ from .schemas import (
     source_of,
     torch_dtype,
 )
+from .selections import Selections
+from .structured import (
+    STRUCTURED_HANDLERS,
+    OptionalEntry,
+    RecordEntry,
+    StructuredValues,
+    flatten_entries,
+    output_tree,
+    unflatten_entries,
+)
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
 from .values import (
+    INT64_MAX,
     UNINITIALIZED,
     TensorList,
     TupleEntry,
-    flatten_entries,
     hint_of,
     holds_values,
     input_types,
@@ -89,7 +100,6 @@ from .values import (
     scalar_list_kind,
     split_arguments,
     tensor_type_of,
-    unflatten_entries,
     value_name,
     walk_args,
 )
@@ -98,9 +108,10 @@ from .values import (
 _NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
 
 
-class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
+class _Specializer(ControlFlow, StructuredValues, TensorLists, HostScalars, PackedSequences, Selections):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
-    nodes so far. Control flow, lists of run-time length, host scalars and PackedSequences are its
+    nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
+    run-time length, host scalars, PackedSequences and sizes made by data (`selections`) are its
     mixins."""
 
     def __init__(self, captured: CapturedModel) -> None:
@@ -202,14 +213,12 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
             return
         self.bind(output, Constant(output.toIValue()))
 
-    def visit_tuple_construct(self, node: torch._C.Node) -> None:
-        self.bind(node.output(), TupleEntry(tuple(self.entry(v) for v in node.inputs())))
-
     def visit_tuple_unpack(self, node: torch._C.Node) -> None:
         tuple_entry = self.entry(node.input())
-        items = tuple_entry.items if isinstance(tuple_entry, TupleEntry) else tuple_entry.value
+        structural = isinstance(tuple_entry, (TupleEntry, RecordEntry))
+        items = tuple_entry.items if structural else tuple_entry.value
         for output, item in zip(node.outputs(), items):
-            self.bind(output, item if isinstance(tuple_entry, TupleEntry) else Constant(item))
+            self.bind(output, item if structural else Constant(item))
 
     def visit_tuple_index(self, node: torch._C.Node) -> None:
         tuple_entry, index = (self.entry(v) for v in node.inputs())
@@ -253,6 +262,20 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
         None (torch's own `pack_padded_sequence` asks `isinstance(lengths, Tensor)`)."""
         subject, entry = node.input(), self.entry(node.input())
         types = node.tys("types")
+        if isinstance(entry, OptionalEntry) and not isinstance(entry.present, Constant):
+            # An Optional decided at run time: a test for its value's type is its flag.
+            wants_none = any(str(t) == "NoneType" for t in types)
+            wants_value = any(str(t) == str(subject.type()).rstrip("?") for t in types)
+            if wants_none == wants_value:
+                self.bind(node.output(), Constant(wants_none))
+            elif wants_value:
+                self.bind(node.output(), entry.present)
+            else:
+                unset = self.emit_host("aten::__not__.bool", (entry.present,), "bool", source_of(node))
+                self.bind(node.output(), unset)
+            return
+        if isinstance(entry, OptionalEntry):
+            entry = entry.value if entry.present.value else Constant(None)
         if is_none(entry):
             answer = any(str(t) == "NoneType" for t in types)
         elif any(subject.type().isSubtypeOf(t) for t in types):
@@ -298,9 +321,6 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
         finally:
             self.env, self.views, self.unlinked_views, self.mutated_lists = saved
 
-    def visit_pass_through(self, node: torch._C.Node) -> None:
-        self.bind(node.output(), self.entry(node.input()))
-
     def visit_uninitialized(self, node: torch._C.Node) -> None:
         self.bind(node.output(), Constant(UNINITIALIZED))
 
@@ -340,11 +360,13 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
 
     def visit_is(self, node: torch._C.Node) -> None:
         left, right = (self.entry(v) for v in node.inputs())
+        if self.optional_test(node, left, right):
+            return
         negate = node.kind() == "aten::__isnot__"
         if isinstance(left, Constant) and isinstance(right, Constant):
             same = left.value is right.value or (left.value is None and right.value is None)
         elif is_none(left) or is_none(right):
-            same = False  # a run-time value is never None: the IR has no Optional types
+            same = False  # a run-time value is never None (an Optional decided at run time is an OptionalEntry)
         else:
             raise SpecializeError(f"`is` between two run-time values ({source_of(node)})")
         self.bind(node.output(), Constant(same != negate))
@@ -427,6 +449,8 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
         kind = node.kind()
         entries = [self.entry(v) for v in node.inputs()]
         source = source_of(node)
+        if self.refuse_structured(node, entries, source):
+            return
         overload = resolve_overload(node)
         if kind in SYNC_OPS and entries and tensor_type_of(entries[0]) is not None:
             return self.visit_sync(node, entries, source)
@@ -465,6 +489,12 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
         outputs_ts = list(node.outputs())
         if not any("Tensor" in str(r.type) for r in schema.returns):
             return self.visit_tensor_query(node, overload, args, kwargs, target, source)
+        if mutated_input is None and _whole_slice(target, args):
+            # `x[idx, :]`: a slice of a whole dim is the tensor itself (IREE 3.13 failed to compile
+            # the Switch router's `out[idx, :] = expert(x[idx, :])` written back through it).
+            self.bind(node.output(), entries[0])
+            self.views[node.output().unique()] = ViewLink(node.inputsAt(0), "", ())
+            return
         returns_list = len(schema.returns) == 1 and str(schema.returns[0].type).startswith("List[")
         returns = "list" if returns_list else ("tuple" if len(schema.returns) > 1 else "single")
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
@@ -473,7 +503,9 @@ class _Specializer(ControlFlow, TensorLists, HostScalars, PackedSequences):
             self._bind_results(outputs_ts, returns, result, fold=True)
         else:
             name = value_name(outputs_ts[0]) if returns == "single" else "t"
-            outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            outputs = self.emit_selection(target, args, kwargs, source, name)
+            if outputs is None:
+                outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
             self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
             # The result is the mutated tensor's new value, and that of every tensor it views.
@@ -662,21 +694,9 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
         raise SpecializeError(f"{captured.name} always raises on inputs of the example's types{detail}")
     outputs = [_constant_structure(spec.entry(v)) for v in captured.graph.outputs()]
     leaves, structure = flatten_entries(outputs)
+    # The manifest's output tree (`structured.output_tree`); an Optional decided at export is no flag.
+    tree, leaves = output_tree(structure[0], leaves, captured.name)
     leaves = [spec.materialize(leaf, "") for leaf in leaves]
-    counter = iter(range(len(leaves)))
-
-    def tree(node: Any) -> Any:
-        # The manifest's output tree: a leaf's index, a JSON list for a tuple, {"list": [...]} for a
-        # list, and {"unstack": index} for a TensorList (split along dim 0 into a list).
-        if node == "leaf":
-            return next(counter)
-        kind, items = node
-        if kind == "tensor_list":
-            return {"unstack": next(counter)}
-        subtrees = [tree(i) for i in items]
-        return {"list": subtrees} if kind == "list" else subtrees
-
-    output_tree = tree(structure[0])
     for leaf in leaves:
         if isinstance(leaf, Constant) and not isinstance(leaf.value, (bool, int, float, torch.Tensor)):
             raise SpecializeError(
@@ -684,17 +704,15 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
                 "outputs must be tensors, scalars or tuples of them"
             )
     body = Block(params, tuple(spec.nodes), tuple(leaves))
-    return Program(captured.input_names, body, output_tree, (), captured.name)
+    return Program(captured.input_names, body, tree, (), captured.name)
 
 
 _HANDLERS = {
     "prim::Constant": _Specializer.visit_constant,
-    "prim::TupleConstruct": _Specializer.visit_tuple_construct,
     "prim::TupleUnpack": _Specializer.visit_tuple_unpack,
     "prim::TupleIndex": _Specializer.visit_tuple_index,
     "prim::ListConstruct": _Specializer.visit_list_construct,
     "prim::ListUnpack": _Specializer.visit_list_unpack,
-    "prim::unchecked_cast": _Specializer.visit_pass_through,
     "prim::Uninitialized": _Specializer.visit_uninitialized,
     "prim::RaiseException": _Specializer.visit_raise,
     "aten::warn": _Specializer.visit_ignored,
@@ -726,8 +744,21 @@ _HANDLERS = {
     "aten::to": _Specializer.visit_device_move,
     "prim::NumToTensor": _Specializer.visit_num_to_tensor,
     "aten::tensor": _Specializer.visit_list_to_tensor,
+    **STRUCTURED_HANDLERS,
     **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
+
+
+def _whole_slice(target: str, args: list) -> bool:
+    """`aten::slice.Tensor(x, dim, None or 0, None or past the end, 1)` of a run-time tensor."""
+    if target != "aten::slice.Tensor" or len(args) != 5 or not isinstance(args[0], Value):
+        return False
+    if not all(isinstance(arg, Constant) for arg in args[1:]):
+        return False
+    dim, start, end, step = (arg.value for arg in args[1:])
+    size = args[0].type.shape[dim] if isinstance(dim, int) and -args[0].type.rank <= dim < args[0].type.rank else -1
+    past_end = end is None or end >= INT64_MAX or (size is not None and size >= 0 and end >= size)
+    return step == 1 and start in (None, 0) and past_end
 
 
 def _substitute(entry: Any, replaced: dict[Value, Value]) -> Any:

@@ -1,0 +1,203 @@
+"""Specialize's sizes made by data: `nonzero`, boolean-mask indexing, `masked_select`, `torch.where(c)`.
+
+How many elements a mask selects is a decision the device makes, like a branch: DyCL's answer
+applies. `nonzero(mask)` becomes a count read to the host (`int(mask.sum())`, a sync point as
+`.item()` is) and `nonzero_static(mask, size=count)`, an op whose size is that host int. What follows
+runs with that dim dynamic (a run-time int is perturbed in the meta runs like a dynamic dim, so it
+is never frozen to the example's count), and a segment that takes the count gets it as an int
+parameter, as it gets any size read with `.item()`. Zero selected rows is an ordinary size.
+
+Boolean indices are rewritten into what PyTorch itself runs for them: `x[mask]` with a k-d mask is
+`x[i_1, ..., i_k]` with the k columns of `mask.nonzero()`; `masked_select(x, mask)` is the flat
+broadcast `x` indexed by the flat broadcast mask; `torch.where(mask)` the columns. A write through a
+mask that needs no count (`x[mask] = v` with one value per selected element's trailing dims) stays
+a `where` (`decompositions._masked_write`); one whose values are a selection (`x[m] += 1`) takes the
+indices too.
+
+Without this, torch's meta kernel of `nonzero` refuses to compute a size it cannot know.
+`decompositions.nonzero_static_by_scatter` is how the segment computes the indices.
+
+Example:
+    >>> class Router(nn.Module):                                           # doctest: +SKIP
+    ...     def forward(self, choice): return (choice == 0).nonzero().squeeze(1)
+    >>> print(format_program(specialize(capture(Router()), (torch.tensor([0, 1, 0]),))))  # doctest: +SKIP
+    ...  %5 = aten::Int.Tensor(%4)   # the count, read to the host
+    ...  %6 = aten::nonzero_static.default(%3, size=%5, fill_value=-1)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedOpError
+from ..guards import CHECK_INDEX
+from ..program import Constant, HostOp, ListArg, ScalarType, Value
+from .schemas import overload_of
+from .values import is_none, real_value, tensor_type_of, walk_args
+
+# The mask dtypes PyTorch indexes with (uint8 masks are deprecated there but still work).
+_MASK_DTYPES = ("bool", "uint8")
+
+
+def _is_mask(entry: Any) -> bool:
+    type_ = tensor_type_of(entry)
+    return type_ is not None and type_.dtype in _MASK_DTYPES
+
+
+class Selections:
+    """Sizes made by data (a mixin of the specializer)."""
+
+    def emit_selection(self, target: str, args: list, kwargs: list, source: str, name: str) -> list | None:
+        """The outputs of `target` when it makes a size from data (rewritten here), else None."""
+        if target in ("aten::nonzero.default", "aten::argwhere.default"):
+            return [self.nonzero(args[0], source, name)]
+        if target == "aten::where.default" and len(args) == 1:
+            return self.nonzero_columns(args[0], source)
+        if target == "aten::masked_select.default":
+            return [self.masked_select(args[0], args[1], source, name)]
+        if target == "aten::index.Tensor" and isinstance(args[1], ListArg) and any(map(_is_mask, args[1].items)):
+            tensor, indices = self.flatten_under_mask(args[0], args[1], source)
+            indices = self.mask_indices(tensor, indices, source, check=tensor is args[0])
+            return [self.apply("aten::index.Tensor", [tensor, indices], [], source, name)]
+        if target == "aten::index_put.default" and isinstance(args[1], ListArg) and self.needs_count(*args[:3]):
+            indices = self.mask_indices(args[0], args[1], source)
+            return [self.apply("aten::index_put.default", [args[0], indices, *args[2:]], kwargs, source, name)]
+        return None
+
+    # -- the building blocks -------------------------------------------------------------------
+    def apply(self, target: str, args: list, kwargs: list, source: str, name: str = "t") -> Any:
+        """One tensor op: folded when every argument is known at export time, else emitted."""
+        overload = overload_of(target)
+        if not any(isinstance(entry, Value) for entry in walk_args(args + [a for _, a in kwargs])):
+            return Constant(overload(*(real_value(a) for a in args), **{k: real_value(a) for k, a in kwargs}))
+        (output,) = self.emit_tensor_op(overload, args, kwargs, source, name=name)
+        return output
+
+    def nonzero(self, mask: Any, source: str, name: str = "nonzero") -> Any:
+        """`mask.nonzero()`: the count of nonzero elements read to the host, then the indices of that
+        many rows. The count is the result's dim 0: a later `idx.size(0)` or `idx.numel()` reads it
+        without asking the buffer."""
+        if isinstance(mask, Constant):
+            return Constant(torch.nonzero(mask.value))
+        type_ = mask.type
+        if type_.rank == 0:
+            raise UnsupportedOpError(
+                "aten::nonzero",
+                source,
+                detail="a 0-d mask selects all or nothing, a size no op here makes: branch with `if bool(mask):`, "
+                "or index with a 1-d mask, `x.unsqueeze(0)[mask.reshape(1)]` for `x[mask]`",
+            )
+        flags = mask if type_.dtype == "bool" else self.apply("aten::ne.Scalar", [mask, Constant(0)], [], source)
+        dtype = [("dtype", Constant(torch.int64))]
+        total = self.apply("aten::sum.default", [flags], dtype, source, "selected")
+        # The example of the count is "all selected", which is what torch's own meta kernel assumes
+        # when asked to (never 0 or 1: torch.export specializes those).
+        count = self.new_value(ScalarType("int", max(2, math.prod(type_.hint))), "count")
+        self.nodes.append(HostOp("aten::Int.Tensor", (total,), (count,), source))
+        size = [("size", count), ("fill_value", Constant(-1))]
+        indices = self.apply("aten::nonzero_static.default", [mask], size, source, name)
+        self.dim_sources[(indices, 0)] = count
+        return indices
+
+    def nonzero_columns(self, mask: Any, source: str) -> list:
+        """`torch.where(mask)`: one index tensor per dim of the mask."""
+        indices = self.nonzero(mask, source)
+        rank = tensor_type_of(mask).rank
+        return [self.apply("aten::select.int", [indices, Constant(1), Constant(d)], [], source) for d in range(rank)]
+
+    def mask_indices(self, tensor: Any, indices: ListArg, source: str, check: bool = True) -> ListArg:
+        """`indices` with each mask replaced by the index tensors of its nonzero elements, one per dim
+        it covers, as PyTorch runs a boolean index. A mask must have the sizes of the dims it covers
+        (PyTorch's IndexError otherwise): checked on the host where a size is only known then."""
+        shape = self.shape_of(tensor, source) if check else []
+        expanded: list = []
+        position = 0
+        for item in indices.items:
+            if not _is_mask(item):
+                expanded.append(item)
+                position += 1
+                continue
+            # The count first: its sum joins the segment that made the mask, before the checks.
+            expanded.extend(self.nonzero_columns(item, source))
+            mask_shape = self.shape_of(item, source)
+            for offset in range(len(mask_shape)):
+                if position + offset < len(shape):
+                    self.check_mask_size(mask_shape, shape, position, offset, source)
+            position += len(mask_shape)
+        return ListArg(tuple(expanded))
+
+    def check_mask_size(self, mask_shape: list, shape: list, position: int, offset: int, source: str) -> None:
+        mask_size, size = mask_shape[offset], shape[position + offset]
+        if isinstance(mask_size, Constant) and isinstance(size, Constant) and mask_size.value == size.value:
+            return
+        if isinstance(mask_size, Value) and mask_size == size:
+            return
+        message = (
+            f"IndexError: The shape of the mask at index {offset} does not match the shape of the indexed "
+            f"tensor at index {position + offset} ({source})"
+        )
+        high = self.emit_host("aten::add.int", (size, Constant(1)), "int", source)
+        self.nodes.append(HostOp(CHECK_INDEX, (mask_size, size, high, Constant(message)), (), source))
+
+    def shape_of(self, tensor: Any, source: str) -> list:
+        """Each dim's size: a Constant, or the host int that holds it."""
+        if isinstance(tensor, Constant):
+            return [Constant(int(size)) for size in tensor.value.shape]
+        return [self.size_of(tensor, dim, source) for dim in range(tensor.type.rank)]
+
+    def flatten_under_mask(self, tensor: Any, indices: ListArg, source: str) -> tuple[Any, ListArg]:
+        """`x[mask]` with a k-d mask (k > 1, after full slices only) as `x.flatten(p, p + k - 1)[mask.reshape(-1)]`:
+        one index tensor instead of k. torch-mlir cannot lower `index.Tensor` with several index
+        tensors on a tensor with a dynamic dim ("failed to legalize 'torch.aten.index.Tensor_hacked_twin'").
+        The mask's sizes are checked against the dims it covers before they are merged."""
+        items = list(indices.items)
+        masks = [position for position, item in enumerate(items) if _is_mask(item)]
+        if len(masks) != 1 or any(not is_none(item) for item in items if not _is_mask(item)):
+            return tensor, indices
+        (position,) = masks
+        mask = items[position]
+        rank = tensor_type_of(mask).rank
+        if rank < 2:
+            return tensor, indices
+        shape, mask_shape = self.shape_of(tensor, source), self.shape_of(mask, source)
+        for offset in range(rank):
+            if position + offset < len(shape):
+                self.check_mask_size(mask_shape, shape, position, offset, source)
+        dims = [Constant(position), Constant(position + rank - 1)]
+        flat = self.apply("aten::flatten.using_ints", [tensor, *dims], [], source)
+        flat_mask = self.apply("aten::reshape.default", [mask, Constant([-1])], [], source)
+        return flat, ListArg((*items[:position], flat_mask))
+
+    def masked_select(self, tensor: Any, mask: Any, source: str, name: str) -> Any:
+        """`torch.masked_select(x, mask)`: the flat broadcast `x` at the flat broadcast mask's elements."""
+        if tensor_type_of(tensor).shape != tensor_type_of(mask).shape or None in tensor_type_of(mask).shape:
+            overload = overload_of("aten::broadcast_tensors.default")
+            tensor, mask = self.emit_tensor_op(overload, [ListArg((tensor, mask))], [], source, returns="list")
+        flat = [Constant([-1])]
+        flat_tensor = self.apply("aten::reshape.default", [tensor, *flat], [], source)
+        flat_mask = self.apply("aten::reshape.default", [mask, *flat], [], source)
+        indices = ListArg(tuple(self.nonzero_columns(flat_mask, source)))
+        return self.apply("aten::index.Tensor", [flat_tensor, indices], [], source, name)
+
+    def needs_count(self, tensor: Any, indices: ListArg, values: Any) -> bool:
+        """Whether a write through a mask needs the selected elements' indices: its values are one per
+        selected element. One mask after full slices whose values broadcast to the dims after it
+        (`x[mask] = 0.0`, `x[m] = row`) is a `where` and needs no count."""
+        items = list(indices.items)
+        if not any(map(_is_mask, items)):
+            return False
+        leading = 0
+        while leading < len(items) and is_none(items[leading]):
+            leading += 1
+        if leading == len(items) or not _is_mask(items[leading]) or any(not is_none(i) for i in items[leading + 1 :]):
+            return True
+        values_type, tensor_type = tensor_type_of(values), tensor_type_of(tensor)
+        if values_type is None:
+            return False  # a scalar
+        trailing = tensor_type.rank - leading - tensor_type_of(items[leading]).rank
+        if values_type.rank <= trailing:
+            return False
+        return not (None not in values_type.shape and math.prod(values_type.shape) == 1)
