@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from host_runtime import __version__
-from host_runtime.bundle_format import FORMAT, MAIN_ABI, MANIFEST, VERSION, sha256_file
+from host_runtime.bundle_format import FORMAT, MAIN_ABI, MANIFEST, RANDOM_STATE_ABI, VERSION, sha256_file
 from host_runtime.errors import BundleError
 
 from .program import (
@@ -147,7 +147,9 @@ def make_manifest(
         "format": FORMAT,
         "version": VERSION,
         # How the compiled host's `main` takes and returns values (host_runtime/bundle_format.py).
-        "main_abi": MAIN_ABI,
+        "main_abi": RANDOM_STATE_ABI if program.random_state else MAIN_ABI,
+        # Whether `main` and the Python host take and return the random state after the model's values.
+        "random_state": program.random_state,
         "model": program.name,
         "module_name": module_name,
         "producer": {
@@ -158,7 +160,7 @@ def make_manifest(
         "inputs": [
             {"name": name, **describe_type(value.type)} for name, value in zip(program.input_names, program.inputs)
         ],
-        "outputs": {"tree": program.output_tree, "leaves": [describe_leaf(r) for r in program.body.results]},
+        "outputs": {"tree": program.output_tree, "leaves": [describe_leaf(r) for r in model_results(program)]},
         "host": host,
         "compiled_host_unsupported": compiled_host_unsupported,
         "segments": segments,
@@ -173,6 +175,12 @@ def make_manifest(
         "python_host": PYTHON_HOST,
         "program": PROGRAM_TEXT,
     }
+
+
+def model_results(program: Program) -> tuple:
+    """The results of `program` that are the model's outputs (not the random state after the run)."""
+    results = program.body.results
+    return results[:-1] if program.random_state else results
 
 
 def weight_bytes(program: Program) -> int:

@@ -188,6 +188,9 @@ def _add_run(commands: Any) -> None:
         "--device",
         help="IREE driver: local-sync, local-task, cuda, vulkan (default: one that runs the bundle's target)",
     )
+    run.add_argument(
+        "--seed", type=int, default=0, help="seed of the model's random ops (torch.rand, bernoulli, dropout on)"
+    )
     run.set_defaults(handler=_run)
 
 
@@ -213,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
     device = args.device or _default_device(root, manifest)
     import host_runtime
 
-    runner = host_runtime.load(root, device=device, host=host, record=host == "python")
+    runner = host_runtime.load(root, device=device, host=host, record=host == "python", seed=args.seed)
     start = time.perf_counter()
     outputs = runner(*inputs)
     elapsed = time.perf_counter() - start

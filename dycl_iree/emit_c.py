@@ -12,6 +12,9 @@ whose parameters are the model's inputs and outputs in C types:
   f32); scalar outputs are pointers to them. `main` itself takes and returns them as 0-d tensors
   (the manifest's `main_abi` 2); the C runtime converts, and the generated code refuses to compile
   against a `dycl_runtime.h` of another main_abi;
+* a model that draws random numbers (main_abi 3) also takes its generator's state, `const int32_t*
+  random_state` (two words) after its inputs, and returns the next one, `int32_t* next_random_state`
+  after its outputs: the caller keeps it (`<NAME>_RANDOM_STATE(seed)` starts a seed's stream);
 * structured outputs are flat, in the order of the model's output (the header shows the structure
   over the C names): a dict or NamedTuple is one output per key or field, named
   `output<i>_<key>`; an Optional decided at run time is a `bool* output<i>_has_value` flag
@@ -132,6 +135,8 @@ class CBundle:
     outputs: list[CValue]
     structure: str = ""  # what the model returns, over the outputs' C names
     flagged: bool = False  # some output is an Optional's or a dict key's has_value flag
+    # The model draws random numbers: the last input is the generator's state, the last output the next.
+    random_state: bool = False
 
 
 def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None = None,
@@ -155,12 +160,24 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     stem = root.name[: -len(".dycl")] if root.name.endswith(".dycl") else root.name
     name = c_identifier(name or stem)
     taken: set[str] = set()
-    inputs = _values(manifest["inputs"], [spec["name"] for spec in manifest["inputs"]], taken, "input")
-    leaves, tree = manifest["outputs"]["leaves"], manifest["outputs"]["tree"]
-    outputs = _values(leaves, leaf_labels(tree, len(leaves)), taken, "output")
+    input_specs, input_labels = list(manifest["inputs"]), [spec["name"] for spec in manifest["inputs"]]
+    leaves, tree = list(manifest["outputs"]["leaves"]), manifest["outputs"]["tree"]
+    output_labels = leaf_labels(tree, len(leaves))
+    random_state = bool(manifest.get("random_state"))
+    if random_state:
+        # main_abi 3 is main_abi 2 with the random state (two int32 words) after the inputs and its
+        # next value after the outputs: in C, one more tensor of each, which the caller keeps.
+        state = {"kind": "tensor", "dtype": "int32", "shape": [2]}
+        input_specs.append(state)
+        input_labels.append("random_state")
+        leaves.append(state)
+        output_labels.append("next_random_state")
+    inputs = _values(input_specs, input_labels, taken, "input")
+    outputs = _values(leaves, output_labels, taken, "output")
     structure = describe_tree(tree, [value.name for value in outputs])
     flagged = any(value.label.endswith("_has_value") for value in outputs)
-    return CBundle(name, manifest["model"], manifest["module_name"], target, vmfb, inputs, outputs, structure, flagged)
+    model, module_name = manifest["model"], manifest["module_name"]
+    return CBundle(name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state)
 
 
 # -- the header ---------------------------------------------------------------------------------------
@@ -232,6 +249,15 @@ def header(bundle: CBundle) -> str:
         f"extern const dycl_signature_t {bundle.name}_signature;",
         "",
     ]
+    if bundle.random_state:
+        lines += [
+            f"// {bundle.model} draws random numbers. Its generator's state is |random_state| (the seed's word",
+            "// and a draw counter): start from `int32_t state[2] = "
+            f"{upper}_RANDOM_STATE(seed);` and pass each call's",
+            "// |next_random_state| to the next; a seed draws the numbers `load(..., seed=seed)` draws in Python.",
+            f"#define {upper}_RANDOM_STATE(seed) {{(int32_t)(uint32_t)(seed), 0}}",
+            "",
+        ]
     static_outputs = [v for v in bundle.outputs if v.kind == "tensor" and not v.dynamic_dims]
     if static_outputs:
         lines.append("// Elements of the outputs whose shape is static (the buffers |run| writes).")

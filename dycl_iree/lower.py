@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 from torch.export import Dim
 
+from . import random_ops  # noqa: F401  (registers the dycl:: ops a segment may call)
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value

@@ -41,6 +41,7 @@ from .program import (
     node_inputs,
     sub_blocks,
 )
+from .random_state import thread_random_state
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,7 +57,11 @@ class _Group:
 
 
 def partition(program: Program) -> Program:
-    """Replace runs of TensorOps by SegmentCalls and collect the segments."""
+    """Replace runs of TensorOps by SegmentCalls and collect the segments.
+
+    Random ops first get their generator's state as an explicit value (`random_state.py`), so that
+    liveness makes it a parameter and a result of every segment that draws."""
+    program = thread_random_state(program)
     groups: list[_Group] = []
     body = _group_block(program.body, groups)
     reads_outside = _reads_outside_groups(body)

@@ -212,7 +212,9 @@ class Program:
     """A whole dynamic network.
 
     `output_tree` rebuilds the model's output structure from `body.results`: an int is the index
-    of a result, a list is a tuple of subtrees.
+    of a result, a list is a tuple of subtrees. With `random_state`, the last of `body.params` is
+    the random generator's state (two int32 words) and the last of `body.results` the state
+    after the run; neither is a model input or output (`random_state.py`).
     """
 
     input_names: tuple[str, ...]
@@ -220,6 +222,7 @@ class Program:
     output_tree: Any
     segments: tuple[Segment, ...] = ()
     name: str = "model"
+    random_state: bool = False
 
     @property
     def inputs(self) -> tuple[Value, ...]:

@@ -20,8 +20,10 @@ import torch
 
 from host_runtime import scalar_ops
 from host_runtime.errors import ModelRaised
+from host_runtime.random_state import DEFAULT_SEED, initial_state
 from host_runtime.runner import build_outputs
 
+from . import random_ops  # noqa: F401  (registers the dycl:: ops that a Program may call)
 from .guards import CHECK_INDEX
 from .program import STAND_IN, Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
 from .specialize.schemas import overload_of
@@ -38,8 +40,15 @@ class ReferenceInterpreter(Walker):
         self.trips: dict[str, list[int]] = defaultdict(list)
         self.segment_calls = 0
 
-    def run(self, *inputs: Any) -> Any:
-        results = self.run_block(self.program.body, list(inputs))
+    def run(self, *inputs: Any, seed: int = DEFAULT_SEED) -> Any:
+        """The model's outputs on `inputs`; a Program with random ops draws from `seed`'s stream, as a
+        freshly loaded bundle does (`host_runtime/random_state.py`)."""
+        arguments = list(inputs)
+        if self.program.random_state:
+            arguments.append(torch.from_numpy(initial_state(seed)))
+        results = self.run_block(self.program.body, arguments)
+        if self.program.random_state:
+            results = results[:-1]
         return build_outputs(self.program.output_tree, results)
 
     def tensor_op(self, node: TensorOp) -> list:

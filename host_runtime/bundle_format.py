@@ -40,7 +40,12 @@ _VERSION_CHANGES = {2: "version 2 passes the compiled host's int, float and bool
 #     lay out mixed scalar arguments differently (README's traps), so it is refused.
 #   2: every input and output a buffer view; an int is a 0-d int64 tensor, a float a 0-d float32
 #     tensor, a bool a 0-d bool tensor (one byte).
+#   3: as 2, and the random generator's state (an int32 tensor of 2) follows the model's inputs and
+#     its next value the model's outputs (manifest `random_state: true`, `random_state.py`). Only a
+#     bundle whose model draws random numbers uses it, so a runtime that knows only 2 refuses just those.
 MAIN_ABI = 2
+RANDOM_STATE_ABI = 3
+MAIN_ABIS = (MAIN_ABI, RANDOM_STATE_ABI)
 MANIFEST = "manifest.json"
 # The dtypes an exporter writes into a manifest (torch's names).
 DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
@@ -119,11 +124,11 @@ def check_main_abi(root: Path, manifest: dict[str, Any]) -> None:
     """Refuse a compiled host whose `main` uses another calling convention than this runtime passes
     (a BundleError naming both), before anything calls it with wrongly laid-out arguments."""
     abi = manifest["main_abi"]
-    if abi != MAIN_ABI:
+    if abi not in MAIN_ABIS:
         raise BundleError(
             f"{root}: its compiled host `main` uses calling convention (main_abi) {abi}, but this runtime "
-            f"passes main_abi {MAIN_ABI}; re-export the model with this dycl_iree version, or run it with "
-            "a runtime of its own version"
+            f"passes main_abi {' or '.join(map(str, MAIN_ABIS))}; re-export the model with this dycl_iree "
+            "version, or run it with a runtime of its own version"
         )
 
 
@@ -220,6 +225,11 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
         _named_file(files, _key(manifest, "program", str, ""), "'program'")
     if _key(manifest, "main_abi", int, "") < 1:
         raise _Problem(f"'main_abi' must be a calling convention number (1 or more), not {manifest['main_abi']!r}")
+    random_state = manifest.get("random_state", False)
+    if not isinstance(random_state, bool):
+        raise _Problem(f"'random_state' must be a bool, not {random_state!r}")
+    if random_state != (manifest["main_abi"] == RANDOM_STATE_ABI):
+        raise _Problem(f"'random_state' is {random_state} but 'main_abi' is {manifest['main_abi']}")
     host = _key(manifest, "host", str, "")
     if host not in HOSTS:
         raise _Problem(f"'host' must be one of {', '.join(map(repr, HOSTS))}, not {host!r}")

@@ -20,6 +20,7 @@ from .bundle_format import check_file, check_main_abi, read_manifest, select_cpu
 from .errors import BundleError, InputError, ModelRaised
 from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
 from .output_tree import build_outputs, flatten_outputs, leaf_labels
+from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -125,6 +126,7 @@ class Runner:
         host: str = "compiled",
         record: bool = False,
         expected_sha256: str | None = None,
+        seed: int = DEFAULT_SEED,
     ) -> None:
         import iree.runtime as ireert
 
@@ -175,11 +177,15 @@ class Runner:
         if absent:
             raise BundleError(f"{vmfb}: has no function {', '.join(absent)}, which the manifest's {host} host calls")
         self.services = HostServices(self._context, module, segments, record, read_scalar)
+        self._read_array = read_array
+        # A model that draws random numbers takes the generator's state after its inputs and returns
+        # the next state after its outputs (main_abi 3, `random_state.py`); the runner keeps it.
+        self._draws = bool(self.manifest.get("random_state"))
+        self._state: Any = initial_state(seed) if self._draws else None
         if host == "compiled":
-            # main_abi 2: every result of `main` is a buffer view, scalars included.
-            self._main = bind_function(
-                self._context, module, "main", len(self.manifest["outputs"]["leaves"]), all_tensors=True
-            )
+            # main_abi 2 and 3: every result of `main` is a buffer view, scalars included.
+            result_count = len(self.manifest["outputs"]["leaves"]) + self._draws
+            self._main = bind_function(self._context, module, "main", result_count, all_tensors=True)
         else:
             source_path = check_file(self.path, self.manifest, self.manifest["python_host"])
             namespace: dict[str, Any] = {}
@@ -235,6 +241,8 @@ class Runner:
         if named:
             inputs = self._bind(inputs, named)
         arguments = self.check_inputs(inputs)
+        if self._draws:
+            arguments.append(self._state)
         try:
             results = self._main(*arguments)
         except RuntimeError as error:
@@ -242,8 +250,32 @@ class Runner:
             if failed is None:
                 raise
             raise failed from error
+        if self._draws:
+            # The next state stays where `main` left it (a device buffer) until the next call reads it.
+            self._state, results = results[-1], results[:-1]
         leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
         return build_outputs(self._tree, leaves)
+
+    @property
+    def random_state(self) -> int | None:
+        """The random generator's state that the next call starts from, as one int (None for a model
+        that does not draw): save it and give it to `restore_random_state` to replay the same numbers.
+        It is `seed * 2**32 + draws so far` (host_runtime/random_state.py)."""
+        if not self._draws:
+            return None
+        if isinstance(self._state, np.ndarray):
+            return state_number(self._state)
+        return state_number(self._read_array(self._state))  # a device buffer; staged on a GPU
+
+    def restore_random_state(self, state: int) -> None:
+        """Start the next call from `state` (a value `random_state` returned)."""
+        self._state = state_array(state)
+
+    def seed(self, seed: int) -> None:
+        """Restart the model's random numbers from `seed` (an int; `load`'s default is 0). Two runners
+        of one bundle, compiled host or Python host, given the same seed and inputs draw the same
+        numbers. See host_runtime/random_state.py."""
+        self._state = initial_state(seed)
 
     def check_inputs(self, inputs: tuple) -> list:
         """Convert and check the inputs before any device work; InputError names the bad one."""
@@ -516,11 +548,14 @@ def load(
     host: str = "compiled",
     record: bool = False,
     expected_sha256: str | None = None,
+    seed: int = DEFAULT_SEED,
 ) -> Runner:
     """Load a bundle for `device` ("local-sync", "local-task", "cuda", "vulkan") with one host.
 
     `record=True` (Python host only) counts which side of every decision ran (`runner.decisions`)
     and every loop's trip count (`runner.trip_counts`). `expected_sha256` pins the bundle: the
     SHA-256 of its manifest (`host_runtime.bundle_format.manifest_sha256`), which holds every file's hash.
+    `seed` starts the random numbers of a model that draws them (`torch.rand`, `bernoulli`, dropout in
+    training mode); `Runner.seed` restarts them. Without it every load draws the same numbers (seed 0).
     """
-    return Runner(path, device=device, host=host, record=record, expected_sha256=expected_sha256)
+    return Runner(path, device=device, host=host, record=record, expected_sha256=expected_sha256, seed=seed)

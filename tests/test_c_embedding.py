@@ -187,6 +187,43 @@ def test_edge_app_refuses_a_wrong_shape_before_running(c_bundles, c_runtimes, tm
     assert "ForBreak: input 0 ('x') must have size 5 in dim 1 (shape [1, 5], got shape [1, 8])" in result.stderr
 
 
+class _Noisy(torch.nn.Module):
+    """Always-on dropout and uniform noise in a loop with a data-dependent `break`."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        for _ in range(n):
+            h = h + torch.nn.functional.dropout(torch.ones_like(h), 0.5, True) + torch.rand_like(h)
+            if float(h.sum()) > 40.0:
+                break
+        return h
+
+
+def test_edge_app_passes_the_random_state_and_draws_the_python_runtimes_numbers(c_runtimes, tmp_path: Path) -> None:
+    """A model that draws takes the generator's state (two int32 words) as one more input and returns
+    the next one; seeded alike (NAME_RANDOM_STATE(seed) in C), the edge app and `load(..., seed=...)`
+    draw the same bits."""
+    from dycl_iree.emit_c import emit_c
+    from host_runtime.random_state import state_array
+
+    bundle = dycl_iree.export(_Noisy(), (torch.zeros(2, 3), 2))
+    assert bundle.host == "compiled" and bundle.manifest["random_state"]
+    path = bundle.save(tmp_path / "noisy.dycl")
+    emit_c(path, tmp_path / "c")
+    header = (tmp_path / "c" / "noisy.h").read_text()
+    assert "random_state: int32[2]" in header and "next_random_state: int32[2]" in header
+    assert "#define NOISY_RANDOM_STATE(seed) {(int32_t)(uint32_t)(seed), 0}" in header
+    app = c_runtimes(HOST_CPU).build_app(path, tmp_path / "build") / "edge_app"
+    python = dycl_iree.load(path, host="compiled", seed=7)
+    state = state_array(python.random_state)
+    assert state.tolist() == [7, 0]
+    for index, n in enumerate((1, 3, 0, 2)):
+        x = torch.zeros(2, 3)
+        (got, state), _ = run_app([str(app)], app_arguments((x, n, torch.from_numpy(state)), tmp_path / f"in{index}"))
+        np.testing.assert_array_equal(got, python(x.numpy(), n))
+        assert state.tolist() == state_array(python.random_state).tolist()
+
+
 # -- the typed functions, called directly -------------------------------------------------------------
 
 

@@ -448,8 +448,8 @@ REAL_CODE_CASES = [
     pytest.param(_NotAnyItem, False, id="not_any_item"),
     pytest.param(_HostMath, False, id="host_math"),
     pytest.param(_HostAbs, False, id="host_abs"),
-    pytest.param(_DropoutInLoop, True, marks=_xfail("C1: iree-compile SIGFPE in tile sizes"), id="dropout_in_loop"),
-    pytest.param(_BernoulliInLoop, True, marks=_xfail("C1: iree-compile SIGFPE in tile sizes"), id="bernoulli_in_loop"),
+    pytest.param(_DropoutInLoop, True, id="dropout_in_loop"),
+    pytest.param(_BernoulliInLoop, True, id="bernoulli_in_loop"),
     pytest.param(_CatInElseOfLoop, True, marks=_xfail("F8: OUT_OF_RANGE (again at 911c785)"), id="cat_in_else_of_loop"),
 ]
 
@@ -565,7 +565,8 @@ def test_a_list_grown_after_a_return_from_nested_loops(tmp_path) -> None:
 
 class _RandomOpInAnIf(nn.Module):
     """A random op inside an `if` (fuzzer seeds 20030, 30012...): iree-compile 3.13 died with SIGFPE
-    in LLVMCPUSelectLoweringStrategyPass (getDefaultDistributedLevelTileSizes); the randomness cancels."""
+    in LLVMCPUSelectLoweringStrategyPass (getDefaultDistributedLevelTileSizes) on torch-mlir's seed
+    global; the state is now an explicit value (random_state.py). The randomness cancels."""
 
     def forward(self, x: torch.Tensor):
         h = x
@@ -574,7 +575,6 @@ class _RandomOpInAnIf(nn.Module):
         return h
 
 
-@pytest.mark.xfail(reason="C1: iree-compile SIGFPE on a random op inside an if", strict=True)
 def test_a_random_op_inside_an_if_gets_the_compiled_host(tmp_path) -> None:
     model = _RandomOpInAnIf()
     bundle = dycl_iree.export(model, (torch.ones(2, 4),))

@@ -238,3 +238,24 @@ def test_a_cuda_bundle_without_a_gpu_fails_to_open_with_a_bundle_error(cuda_bund
         pytest.skip("this machine has a CUDA device: benchmarks/gpu_check.sh runs the bundles there")
     with pytest.raises(host_runtime.BundleError, match="cannot open IREE device 'cuda'"):
         host_runtime.load(cuda_bundles["both"], device="cuda")
+
+
+def test_random_ops_in_a_loop_draw_on_vulkan_what_they_draw_on_the_cpu(vulkan: str, tmp_path: Path) -> None:
+    """The random state is two int32 words and the generator 32-bit integer arithmetic, which the
+    Vulkan target compiles (it rejects int64 elementwise ops): a seed draws on lavapipe the CPU's bits
+    for every uniform-based op, and normals within float32 rounding (log and cos)."""
+    from .test_random import _Draws
+
+    bundle = dycl_iree.export(_Draws(), (torch.ones(16, 16), 1), targets=("llvm-cpu", "vulkan"))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "draws.dycl")
+    x = torch.ones(16, 16).numpy()
+    on_cpu = dycl_iree.load(path, host="compiled", seed=3)(x, 2)
+    for host in ("compiled", "python"):
+        runner = dycl_iree.load(path, device=vulkan, host=host, seed=3)
+        for index, (got, want) in enumerate(zip(runner(x, 2), on_cpu)):
+            if index == 1:  # randn_like
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=f"{host} output {index}")
+        assert runner.random_state == (3 << 32) + 12  # two iterations of six draws

@@ -131,3 +131,47 @@ def test_infer_exports_with_the_compiled_host_and_stops_where_pytorch_stops(taco
         stops.add(tuple(want[1].tolist()))  # mel_specgram_lengths: the step each input stopped at
     assert len({step for stop in stops for step in stop}) >= 4, stops  # sequences stop at different steps
     assert any(SMALL["decoder_max_step"] in stop for stop in stops), stops  # and at the cap
+
+
+class _PrenetLoop(torch.nn.Module):
+    """The published `_Prenet`, unchanged (dropout on, p = 0.5), stepped in a decode loop that stops
+    on a gate: the random op the README's trap was about, inside `main`'s loop."""
+
+    def __init__(self, prenet):
+        super().__init__()
+        self.prenet = prenet
+        self.project = torch.nn.Linear(4, 4)
+        self.gate = torch.nn.Linear(4, 1)
+
+    def forward(self, frame, steps: int):
+        frames = frame
+        for _ in range(steps):
+            frame = torch.tanh(self.project(self.prenet(frame)))
+            frames = frames + frame
+            if bool(torch.sigmoid(self.gate(frames)).min() > 0.5):
+                break
+        return frames
+
+
+def test_the_published_prenets_always_on_dropout_runs_in_the_compiled_hosts_loop(tmp_path):
+    """Both hosts draw the same dropout masks for a seed, and PyTorch running the exported Program
+    with that generator (the reference interpreter) computes what the bundle does."""
+    from dycl_iree.reference import ReferenceInterpreter
+
+    module = torchaudio_tacotron2()
+    torch.manual_seed(3)
+    model = _PrenetLoop(module._Prenet(4, [4, 4])).eval()
+    bundle = dycl_iree.export(model, (torch.zeros(2, 4), 3))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    assert {op.target for s in bundle.program.segments for op in s.nodes} >= {"dycl::dropout"}
+    path = bundle.save(tmp_path / "prenet.dycl")
+    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python")
+    reference = ReferenceInterpreter(bundle.program)
+    for seed, steps in enumerate((0, 1, 5, 10)):
+        frame = torch.randn(2, 4)
+        compiled.seed(seed)
+        python.seed(seed)
+        got = compiled(frame.numpy(), steps)
+        np.testing.assert_array_equal(got, python(frame.numpy(), steps))
+        with torch.no_grad():
+            np.testing.assert_allclose(got, reference.run(frame, steps, seed=seed).numpy(), rtol=1e-5, atol=1e-6)
