@@ -81,6 +81,61 @@ def bind_function(
     return call_tensors if all_tensors else call
 
 
+def bind_prepared(context: Any, module: Any, name: str, result_count: int) -> Callable[[Any], list] | None:
+    """A function of a loaded module that takes its arguments as one prepared `VmVariantList` (of
+    buffer views, `staging.InputStaging.arguments`) and returns its results as buffer views.
+
+    The list is passed as it is, so the argument packer's work (~0.6 us a call, ~2.3 us for a numpy
+    array) is done once, when the list is built; IREE's invoke reads the list without changing it.
+    The results list is made once too (~0.3 us a call): IREE's invoke empties the list it writes
+    into, so it holds the last call's results until the next call. Hence one caller at a time (the
+    staging buffers' lock). None where this iree.runtime lacks the internals `bind_function` uses
+    (callers keep their general path).
+    """
+    if not _LEAN:  # pragma: no cover
+        return None
+    import iree.runtime as ireert
+
+    vm_function = module.lookup_function(name)
+    if vm_function is None:
+        raise KeyError(name)
+    invoke = context.vm_context.invoke
+    results = ireert.VmVariantList(result_count)
+    get, buffer_view = results.get_as_object, ireert.HalBufferView
+    indices = range(result_count)
+
+    def call_prepared(arguments: Any) -> list:
+        invoke(vm_function, arguments, results)
+        return [get(index, buffer_view) for index in indices]
+
+    return call_prepared
+
+
+def array_reader(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
+    """`to_numpy` for results the caller wants as `dtype`, with the dtype's lookups done once:
+    ~0.8 us a small result instead of ~1.7. A result of another element type (IREE returns a
+    bool tensor as int8) or a numpy array (a Python host can return its input as it is) is read
+    by `to_numpy` and converted to `dtype`.
+    """
+    dtype = np.dtype(dtype)
+    try:
+        element_type = int(element_type_of(dtype))  # a buffer view's `element_type` is a plain int
+    except ValueError:
+        element_type = None
+    ndarray = np.ndarray
+
+    def read(value: Any) -> np.ndarray | None:
+        if value is None:  # the Python host's stand-in for an Optional that is unset
+            return None
+        if getattr(value, "element_type", None) == element_type:
+            # See `to_numpy`: the view's elements from the start of its buffer's mapping.
+            return ndarray(value.shape, dtype, value.map()).copy()
+        array = to_numpy(value)
+        return array if array.dtype == dtype else array.astype(dtype)
+
+    return read
+
+
 def to_numpy(value: Any) -> np.ndarray:
     """A host copy of a tensor result (a HalBufferView, or a DeviceArray on the fallback path).
 
@@ -88,12 +143,11 @@ def to_numpy(value: Any) -> np.ndarray:
     """
     if not hasattr(value, "map"):  # a numpy input returned as is, or a DeviceArray (fallback path)
         return value.copy() if isinstance(value, np.ndarray) else np.array(value.to_host())
-    # The mapping's buffer protocol: about half the cost of `MappedMemory.asarray` (~0.9 vs 1.9 us
-    # for a small result on local-sync), which builds its array through a slower path. The mapping
-    # covers the whole buffer, which can be longer than the view (a loop-carried result of a
-    # smaller batch than the allocation): read only the view's elements.
-    dtype = _dtype(value.element_type)
-    return np.frombuffer(value.map(), dtype, count=value.byte_length // dtype.itemsize).reshape(value.shape).copy()
+    # An ndarray over the mapping, made in one call (~0.8 us for a small result, against ~1.7 for
+    # `frombuffer` + `reshape` and ~1.9 for `MappedMemory.asarray`). The mapping covers the whole
+    # buffer, which can be longer than the view (a loop-carried result of a smaller batch than the
+    # allocation): the array reads the view's elements from its start and no further.
+    return np.ndarray(value.shape, _dtype(value.element_type), value.map()).copy()
 
 
 def to_scalar(value: Any) -> Any:

@@ -18,9 +18,20 @@ import numpy as np
 
 from .bundle_format import check_file, check_main_abi, read_manifest, select_cpu_target
 from .errors import BundleError, InputError, ModelRaised
-from .invoke import MAPPABLE_RESULT_DRIVERS, bind_function, element_type_of, readers_for, to_numpy, to_scalar, upload
+from .invoke import (
+    MAPPABLE_RESULT_DRIVERS,
+    array_reader,
+    bind_function,
+    bind_prepared,
+    element_type_of,
+    readers_for,
+    to_numpy,
+    to_scalar,
+    upload,
+)
 from .output_tree import build_outputs, flatten_outputs, leaf_labels
 from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
+from .staging import InputStaging
 
 _NUMPY_DTYPES = {
     "float32": np.float32,
@@ -167,10 +178,6 @@ class Runner:
         # How results reach the host, chosen once for this device (see `invoke.readers_for`).
         read_array, read_scalar = readers_for(self._context.config.device, driver)
         self.read_back = "in place" if driver in MAPPABLE_RESULT_DRIVERS else "staged"
-        if read_array is not to_numpy:
-            self._convert_output = functools.partial(
-                Runner._convert_output, to_numpy=read_array, to_scalar=read_scalar
-            )
         segments = {segment["name"]: len(segment["outputs"]) for segment in self.manifest["segments"]}
         wanted = ["main"] if host == "compiled" else list(segments)
         absent = [name for name in wanted if module.lookup_function(name) is None]
@@ -207,6 +214,53 @@ class Runner:
         self._leaves = self.manifest["outputs"]["leaves"]
         self._tree = self.manifest["outputs"]["tree"]
         self._shared_dims = _shared_dims(self._inputs)
+        # Per-call work decided once: how each output is read and the output structure rebuilt,
+        # and on the CPU drivers, which inputs go through buffers reused every call (`staging`).
+        self._converters = [_output_converter(spec, read_array, read_scalar) for spec in self._leaves]
+        self._build = _output_builder(self._tree)
+        self._staging: InputStaging | None = None
+        self._call_staged: Callable[[tuple], Any] | None = None
+        if not on_gpu and not self._draws:  # a model that draws passes its random state: the general path
+            self._stage_inputs(module, host)
+
+    def _stage_inputs(self, module: Any, host: str) -> None:
+        """Give every static-shape input a device buffer reused by every call (`staging.py`), and
+        make `_call_staged`, the call through them.
+
+        The compiled host then calls `main` with one argument list built here, which needs every
+        input staged (a scalar is a 0-d tensor to `main`); the Python host stages its tensor inputs
+        and passes its scalars as they come. The checks are the general path's functions, without
+        the upload, so bad input gets the same errors.
+        """
+        plans = []  # per input: (check, (shape, dtype) if staged else None)
+        for position, spec in enumerate(self._inputs):
+            kind = spec["kind"]
+            if kind in _SCALAR_DTYPES and host == "compiled":
+                layout = ((), _SCALAR_DTYPES[kind])
+            elif kind == "tensor":
+                layout = (tuple(spec["shape"]), np.dtype(_NUMPY_DTYPES.get(spec["dtype"], spec["dtype"])))
+            else:
+                layout = None
+            if layout is not None and not InputStaging.fits(*layout):
+                layout = None
+            # A staged array is copied into the mapping element by element: any layout will do.
+            plans.append((_input_checker(position, spec, scalar_as_tensor=False, contiguous=False), layout))
+        staged = [layout for _, layout in plans if layout is not None]
+        main_prepared = bind_prepared(self._context, module, "main", len(self._leaves)) if host == "compiled" else None
+        if (host == "compiled" and (len(staged) < len(plans) or main_prepared is None)) or not staged:
+            return
+        self._staging = staging = InputStaging(self._context.config.device, staged)
+        arrays = iter(staging.arrays)
+        copies = [(check, next(arrays) if layout is not None else None) for check, layout in plans]
+        self._call_staged = _staged_call(
+            staging,
+            copies,
+            main_prepared or self._main,
+            main_prepared is not None,
+            self._converters,
+            self._build,
+            self._shared_dims,
+        )
 
     @property
     def inputs(self) -> list[Port]:
@@ -240,6 +294,10 @@ class Runner:
         """Run the model: inputs in `forward` order, or by name (`run(x=..., n=3)`), as the model takes them."""
         if named:
             inputs = self._bind(inputs, named)
+        if self._call_staged is not None:
+            outputs = self._call_staged(inputs)
+            if outputs is not _NOT_STAGED:
+                return outputs
         arguments = self.check_inputs(inputs)
         if self._draws:
             arguments.append(self._state)
@@ -253,8 +311,7 @@ class Runner:
         if self._draws:
             # The next state stays where `main` left it (a device buffer) until the next call reads it.
             self._state, results = results[-1], results[:-1]
-        leaves = [self._convert_output(value, spec) for value, spec in zip(results, self._leaves)]
-        return build_outputs(self._tree, leaves)
+        return self._build([convert(value) for convert, value in zip(self._converters, results)])
 
     @property
     def random_state(self) -> int | None:
@@ -331,14 +388,108 @@ class Runner:
         return value
 
 
+_NOT_STAGED = object()  # what a staged call returns when the general path must take the call
+
+
+def _staged_call(
+    staging: InputStaging,
+    copies: list[tuple[Callable[[Any], Any], np.ndarray | None]],
+    main: Callable[..., Any],
+    prepared: bool,
+    converters: list[Callable[[Any], Any]],
+    build: Callable[[list], Any],
+    shared_dims: list,
+) -> Callable[[tuple], Any]:
+    """A call through the staging buffers, as one closure over everything it reads: for a small
+    model this is the whole per-call work besides IREE's own, and each attribute lookup saved is
+    ~0.1 us of a ~7 us call.
+
+    `copies` holds, per input, its check and its staging array (None: passed as checked). `main`
+    is the compiled host's `invoke.bind_prepared` function when `prepared` (every input staged: it
+    takes the staging's argument list), else the Python host's main (it takes the staged views and
+    the other inputs). The call returns `_NOT_STAGED` without doing anything when the input count is wrong
+    (the general path raises the error) or another thread's call holds the staging buffers.
+    """
+    try_acquire, release, count = staging.try_acquire, staging.release, len(copies)
+    views = iter(staging.views)
+    slots = [next(views) if array is not None else None for _, array in copies]
+    arguments_list = staging.arguments
+
+    def call(inputs: tuple) -> Any:
+        if len(inputs) != count or not try_acquire():
+            return _NOT_STAGED
+        try:  # the staging buffers are this call's until its results are host arrays
+            for (check, array), value in zip(copies, inputs):
+                array[...] = check(value)
+            if shared_dims:
+                _check_shared_dims(shared_dims, inputs)
+            try:
+                results = main(arguments_list)
+            except RuntimeError as error:
+                failed = _model_check_failed(error)
+                if failed is None:
+                    raise
+                raise failed from error
+            return build([convert(value) for convert, value in zip(converters, results)])
+        finally:
+            release()
+
+    def call_python_host(inputs: tuple) -> Any:
+        if len(inputs) != count or not try_acquire():
+            return _NOT_STAGED
+        try:
+            arguments = []
+            for (check, array), view, value in zip(copies, slots, inputs):
+                if array is None:
+                    arguments.append(check(value))
+                else:
+                    array[...] = check(value)
+                    arguments.append(view)
+            if shared_dims:
+                _check_shared_dims(shared_dims, inputs)
+            try:
+                results = main(*arguments)
+            except RuntimeError as error:
+                failed = _model_check_failed(error)
+                if failed is None:
+                    raise
+                raise failed from error
+            return build([convert(value) for convert, value in zip(converters, results)])
+        finally:
+            release()
+
+    return call if prepared else call_python_host
+
+
+def _output_converter(
+    spec: dict[str, Any], read_array: Callable[[Any], np.ndarray], read_scalar: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
+    """How one output leaf becomes what the caller gets, decided once per bundle: a tensor of a
+    known dtype read in place gets `invoke.array_reader`; everything else `Runner._convert_output`."""
+    want = _NUMPY_DTYPES.get(spec.get("dtype") or "")
+    if spec["kind"] == "tensor" and "constant" not in spec and want is not None and read_array is to_numpy:
+        return array_reader(want)
+    return functools.partial(Runner._convert_output, spec=spec, to_numpy=read_array, to_scalar=read_scalar)
+
+
+def _output_builder(tree: Any) -> Callable[[list], Any]:
+    """`build_outputs` for one tree, with the common trees (one leaf, a flat tuple) decided once."""
+    if isinstance(tree, int):
+        return lambda leaves: leaves[tree]
+    if isinstance(tree, list) and tree == list(range(len(tree))):
+        return tuple
+    return functools.partial(build_outputs, tree)
+
+
 def _input_checker(
-    position: int, spec: dict[str, Any], scalar_as_tensor: bool, upload_to: Any = None
+    position: int, spec: dict[str, Any], scalar_as_tensor: bool, upload_to: Any = None, contiguous: bool = True
 ) -> Callable[[Any], Any]:
     """A function that checks and converts one input, built once per bundle (this is per-call work).
 
     With `upload_to` (a device), a tensor input comes back as a buffer on that device. With
     `scalar_as_tensor` (the compiled host's `main`, main_abi 2), an int, float or bool comes back as
-    a 0-d int64, float32 or bool array (or buffer), as `main` takes it.
+    a 0-d int64, float32 or bool array (or buffer), as `main` takes it. Without `contiguous` a
+    tensor may come back in the caller's layout (for a copy that takes any layout).
     """
     where = f"input {position} ({spec['name']!r})"
     kind = spec["kind"]
@@ -373,7 +524,7 @@ def _input_checker(
             array = value if type(value) is np.ndarray else _to_numpy(value)
             if array is None:
                 raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
-            if array.dtype != dtype:
+            if array.dtype is not dtype and array.dtype != dtype:  # numpy's builtin dtypes are singletons
                 raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
             if array.shape != shape and (static or not _fits(array.shape, shape)):
                 expected = f"shape {_shape_text(list(shape))}, got shape {list(array.shape)}"
@@ -386,7 +537,7 @@ def _input_checker(
                 if (low is not None and size < low) or (high is not None and size > high):
                     allowed = f"[{low if low is not None else 0}, {high if high is not None else 'inf'}]"
                     raise InputError(f"{where} has size {size} in dim {dim} ({name}), outside its range {allowed}")
-            if not array.flags.c_contiguous:
+            if contiguous and not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
             return array if upload_to is None else upload(upload_to, array, element_type)
 

@@ -81,3 +81,98 @@ def test_the_compiled_host_passes_and_reads_scalars_as_0d_tensors(exported):
         assert type(n_plus_one) is int and n_plus_one == expected_n == n + 1
         assert type(total) is float and total == pytest.approx(expected_total, rel=1e-5)
         assert type(positive) is bool and positive == expected_positive
+
+
+# -- inputs staged in buffers reused every call (host_runtime/staging.py) ------------------------------
+
+
+def _as_numpy(inputs: tuple) -> tuple:
+    return tuple(value.numpy() if hasattr(value, "numpy") else value for value in inputs)
+
+
+@pytest.mark.parametrize(
+    "name, host, staged",
+    [
+        ("early_exit", "compiled", True),
+        ("scalar_inputs", "compiled", True),  # int, float and bool inputs staged as 0-d tensors
+        ("greedy_decoder", "python", True),  # tensors staged, the int passed as it comes
+        ("for_range", "python", True),  # a loop that runs zero times returns the staged input itself
+        ("dynamic_batch", "compiled", False),  # a dynamic dim: no fixed buffer, the general path
+    ],
+)
+def test_static_inputs_are_staged_and_match_pytorch(exported, name, host, staged):
+    """Both paths (staged, and the general one forced) give the scripted model's outputs on every sample."""
+    import host_runtime
+    from tests.conftest import assert_matches
+
+    item = exported(name)
+    run = host_runtime.load(item.path, host=host)
+    assert (run._call_staged is not None) is staged
+    general = host_runtime.load(item.path, host=host)
+    general._call_staged = None
+    for inputs in item.samples():
+        expected = item.reference(*inputs)
+        assert_matches(run(*_as_numpy(inputs)), expected, f"{name} staged")
+        assert_matches(general(*_as_numpy(inputs)), expected, f"{name} general")
+
+
+def test_staged_results_are_copies_and_bad_input_gets_the_same_errors(exported):
+    """A result read after the next call still holds its own values (the staging buffers and the
+    reused results list are not visible through it), and bad input is refused before any copy."""
+    import host_runtime
+    from host_runtime.errors import InputError
+    from tests.conftest import assert_matches
+
+    item = exported("early_exit")
+    run = host_runtime.load(item.path, host="compiled")
+    samples = item.samples()
+    first = run(*_as_numpy(samples[0]))
+    run(*_as_numpy(samples[-1]))
+    assert_matches(first, item.reference(*samples[0]), "first result after a second call")
+    x = samples[0][0].numpy()
+    with pytest.raises(InputError, match="dtype float32"):
+        run(x.astype(np.float64))
+    with pytest.raises(InputError, match="takes 1 inputs"):
+        run(x, x)
+    with pytest.raises(InputError, match="size 8 in dim 1"):
+        run(np.zeros((1, 9), np.float32))
+    assert np.array_equal(run._staging.arrays[0], samples[-1][0].numpy())  # nothing copied by a refused call
+    wide = np.zeros((1, 16), np.float32)
+    wide[:, ::2] = x
+    assert_matches(run(wide[:, ::2]), item.reference(*samples[0]), "a strided input")  # any layout
+
+
+def test_calls_from_several_threads_get_their_own_results(exported):
+    """Calls that find the staging buffers held by another thread's call take the general path."""
+    import threading
+
+    import host_runtime
+    from tests.conftest import flatten
+
+    item = exported("early_exit")
+    run = host_runtime.load(item.path, host="compiled")
+    samples = [_as_numpy(inputs) for inputs in item.samples()]
+    expected = [flatten(run(*inputs)) for inputs in samples]
+
+    def same(outputs: tuple, which: int) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(flatten(outputs), expected[which]))
+
+    assert run._staging.try_acquire()  # held: a call now takes the general path
+    try:
+        assert same(run(*samples[1]), 1)
+    finally:
+        run._staging.release()
+    wrong: list[int] = []
+
+    def worker(offset: int) -> None:
+        for index in range(200):
+            which = (index + offset) % len(samples)
+            if not same(run(*samples[which]), which):
+                wrong.append(which)
+
+    threads = [threading.Thread(target=worker, args=(offset,)) for offset in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
