@@ -102,3 +102,39 @@ def assert_matches(actual: Any, expected: Any, context: str = "") -> None:
             assert abs(got - want) <= 1e-5 * abs(want) + 1e-6, f"{where}: {got!r} != {want!r}"
         else:
             raise AssertionError(f"{where}: unexpected reference output {want!r}")
+
+
+def export_compiled(tmp_path: Path, model: torch.nn.Module, example: tuple, name: str, dynamic_shapes: Any = None):
+    """Export `model` and check it got the compiled host: (bundle, the scripted model, a compiled-host
+    runner, a Python-host runner that records the decisions it takes)."""
+    model = model.eval()
+    bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / f"{name}.dycl")
+    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+    return bundle, torch.jit.script(model), compiled, python
+
+
+def assert_same(got: Any, want: Any) -> None:
+    """A host's outputs are the scripted model's: structure (None, dicts in key order, NamedTuples
+    by name and fields, lists, tuples), tensor shapes and dtypes exactly, values within 1e-5."""
+    if want is None:
+        assert got is None, got
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (got, want)
+        for key in want:
+            assert_same(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), (got, want)
+        if hasattr(want, "_fields"):  # a NamedTuple comes back as one, with the model's names
+            assert type(got).__name__ == type(want).__name__ and got._fields == want._fields, (got, want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    elif isinstance(want, torch.Tensor):
+        assert tuple(np.shape(got)) == tuple(want.shape), (np.shape(got), want.shape)
+        assert np.asarray(got).dtype == want.numpy().dtype, (np.asarray(got).dtype, want.dtype)
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    elif isinstance(want, float):  # a float read back from a float32 tensor
+        assert type(got) is float and got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
+    else:
+        assert type(got) is type(want) and got == want, (got, want)

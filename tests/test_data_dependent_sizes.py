@@ -19,7 +19,6 @@ from __future__ import annotations
 import inspect
 from typing import List, Tuple
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -27,28 +26,8 @@ import torch.nn.functional as F
 
 import dycl_iree
 from dycl_iree.program import HostOp, iter_nodes
-
-
-def _export(tmp_path, model, example, name, dynamic_shapes=None):
-    model = model.eval()
-    bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / f"{name}.dycl")
-    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
-    return bundle, torch.jit.script(model), compiled, python
-
-
-def _same(got, want):
-    if isinstance(want, (list, tuple)):
-        assert isinstance(got, (list, tuple)) and len(got) == len(want), (got, want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    elif isinstance(want, torch.Tensor):
-        assert tuple(np.shape(got)) == tuple(want.shape), (np.shape(got), want.shape)
-        assert np.asarray(got).dtype == want.numpy().dtype, (np.asarray(got).dtype, want.dtype)
-        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    else:
-        assert got == want, (got, want)
+from tests.conftest import assert_same as _same
+from tests.conftest import export_compiled as _export
 
 
 def _check(scripted, hosts, inputs):

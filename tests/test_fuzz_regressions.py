@@ -721,3 +721,37 @@ def test_a_return_flag_carried_beside_a_tensor_size(tmp_path) -> None:
             got_h, got_cat = run(inputs[0].numpy(), inputs[1], inputs[2])
             np.testing.assert_allclose(got_h, want_h.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
             np.testing.assert_allclose(got_cat, want_cat.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+
+
+class _FourEqualZerosSetInALoop(nn.Module):
+    """Four `zeros_like` of one input, each reassigned inside an `if` inside `for _ in range(n)` and
+    returned: with n = 0 the compiled host fails with "INVALID_ARGUMENT; ref is null; while invoking
+    native function hal.buffer_view.create" (the Python host returns the four zeros). The equal zeros
+    become one buffer that the loop passes on four times, the VM aliasing README's traps describe
+    (`apart` separates the values a loop carries, not those it returns without running)."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        u = torch.zeros_like(x)
+        z = torch.zeros_like(x)
+        b = torch.zeros_like(x)
+        d = torch.zeros_like(x)
+        for _ in range(n):
+            if float(x.sum()) > 0.0:
+                u = x * 2.0
+                z = x + 1.0
+                b = x + 3.0
+                d = x + 4.0
+        return u, z, b, d
+
+
+@pytest.mark.xfail(reason="ref is null when the loop does not run (open)", strict=True)
+def test_equal_zeros_returned_past_a_loop_that_does_not_run(tmp_path) -> None:
+    model = _FourEqualZerosSetInALoop()
+    bundle = dycl_iree.export(model, (torch.ones(2, 3), 2))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "equal_zeros.dycl")
+    for host in ("python", "compiled"):
+        run = dycl_iree.load(path, host=host)
+        for x, n in ((torch.ones(2, 3), 2), (-torch.ones(2, 3), 1), (torch.ones(2, 3), 0)):
+            for got, want in zip(run(x.numpy(), n), model(x, n)):
+                np.testing.assert_allclose(got, want.numpy(), err_msg=f"{host} n={n}")

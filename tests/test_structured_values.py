@@ -17,45 +17,14 @@ from __future__ import annotations
 import inspect
 from typing import Dict, List, NamedTuple, Optional
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import dycl_iree
-
-
-def _export(tmp_path, model, example, name, dynamic_shapes=None):
-    model = model.eval()
-    bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / f"{name}.dycl")
-    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
-    return bundle, torch.jit.script(model), compiled, python
-
-
-def _same(got, want):
-    if want is None:
-        assert got is None, got
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want), (got, want)
-        for key in want:
-            _same(got[key], want[key])
-    elif isinstance(want, (list, tuple)):
-        assert isinstance(got, (list, tuple)) and len(got) == len(want), (got, want)
-        if hasattr(want, "_fields"):  # a NamedTuple comes back as one, with the model's names
-            assert type(got).__name__ == type(want).__name__ and got._fields == want._fields, (got, want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    elif isinstance(want, torch.Tensor):
-        assert tuple(np.shape(got)) == tuple(want.shape), (np.shape(got), want.shape)
-        assert np.asarray(got).dtype == want.numpy().dtype, (np.asarray(got).dtype, want.dtype)
-        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    elif isinstance(want, float):  # a float read back from a float32 tensor
-        assert type(got) is float and got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
-    else:
-        assert type(got) is type(want) and got == want, (got, want)
+from tests.conftest import assert_same as _same
+from tests.conftest import export_compiled as _export
 
 
 def _check(scripted, hosts, inputs):
@@ -502,7 +471,12 @@ def test_the_output_tree_rebuilds_none_dicts_and_namedtuples_and_is_checked():
     assert built[1:] == (None, {"a": "a", "b": "b"}, None)
     assert flatten_outputs(tree, built) == ["logits", False, None, "a", "b", True]
     assert leaf_labels(tree, 6) == [
-        "output0_logits", "output1_has_value", "output2", "output3_a", "output4_b", "output5_b_has_value",
+        "output0_logits",
+        "output1_has_value",
+        "output2",
+        "output3_a",
+        "output4_b",
+        "output5_b_has_value",
     ]
     check_tree(tree, 6, "outputs.tree")
     with pytest.raises(TreeProblem, match=r"outputs.tree\[1\].optional must be \[flag leaf, subtree\]"):
