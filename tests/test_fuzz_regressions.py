@@ -755,3 +755,46 @@ def test_equal_zeros_returned_past_a_loop_that_does_not_run(tmp_path) -> None:
         for x, n in ((torch.ones(2, 3), 2), (-torch.ones(2, 3), 1), (torch.ones(2, 3), 0)):
             for got, want in zip(run(x.numpy(), n), model(x, n)):
                 np.testing.assert_allclose(got, want.numpy(), err_msg=f"{host} n={n}")
+
+
+class _ForLoopAfterABreak(nn.Module):
+    """A loop with a `break`, then a `for` loop without one, exported with a dynamic batch (fuzzer
+    seed 73004, cut down): the compiled host returned zeros where PyTorch runs every loop, silently,
+    on the example input too; with a static batch it was right. The inner `for` is a loop without an
+    exit, whose dynamic tensors went through a barrier at the top of its body (with their sizes, for
+    the tensors such a loop grows), and that barrier gave the loop a zero tensor (README, "Known
+    traps": a barrier on a loop-carried tensor). A loop inside another loop no longer puts one there;
+    a barrier on the sizes alone was right here but broke the grown tensors of tests/test_ragged_lists.py."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        for _ in range(n):
+            if float(h[0, 1]) > 0.2:
+                break
+            h = h + 0.1
+            for _ in range(n):
+                h = h * 0.5
+        return h
+
+
+def test_a_for_loop_after_a_break_carries_a_dynamic_batch(tmp_path) -> None:
+    model = _ForLoopAfterABreak()
+    example = torch.linspace(-2.0, 1.0, 24).view(3, 8)
+    bundle = dycl_iree.export(model, (example, 4), dynamic_shapes={"x": {0: "batch"}})
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "for_after_break.dycl")
+    spike = torch.zeros(1, 8)
+    spike[0, 1] = 1.0
+    # (x, n, whether the `break` leaves the loop at once, so that x comes back as it is)
+    cases = [
+        (example, 4, False),
+        (torch.full((4, 8), -1.0), 1, False),
+        (torch.full((1, 8), -3.0), 5, False),
+        (spike, 3, True),
+    ]
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for x, n, breaks_at_once in cases:
+            want = model(x, n)
+            assert torch.equal(want, x) == breaks_at_once  # the path taken
+            np.testing.assert_allclose(run(x.numpy(), n), want.numpy(), rtol=1e-6, err_msg=f"{host} {x.shape} {n}")

@@ -72,6 +72,11 @@ class ControlFlowEmitter:
         # A for-like loop (no `break`): the tensors it grows pass barriers with their sizes (see
         # `barrier_all`); in a loop with an exit those barriers broke a list grown after a `return`.
         grows = isinstance(node.body.results[0], Constant) and node.body.results[0].value is True
+        # ... but not inside another loop: there the barrier on a tensor the body reads gave the
+        # loop a zero tensor (`for i: if c: break; h = h + 0.1; for j: h = h * 0.5`, dynamic
+        # batch, fuzzer seed 73004), the trap `barrier_all` describes.
+        enclosing = getattr(self, "enclosing_loops", 0)
+        grows = grows and enclosing == 0
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
         initial = self.widened(initial, types)
@@ -97,7 +102,9 @@ class ControlFlowEmitter:
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
+        self.enclosing_loops = enclosing + 1
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        self.enclosing_loops = enclosing
         next_values = [
             self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
         ]
@@ -339,7 +346,10 @@ class ControlFlowEmitter:
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
+        enclosing = getattr(self, "enclosing_loops", 0)
+        self.enclosing_loops = enclosing + 1
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        self.enclosing_loops = enclosing
         self.emit(
             f"torch.prim.Loop.condition {go}, iter({', '.join([following, *next_values])} : {', '.join(carried_types)})"
         )
