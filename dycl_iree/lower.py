@@ -32,7 +32,6 @@ import torch
 import torch.fx as fx
 from torch.export import Dim
 
-from . import random_ops  # noqa: F401  (registers the dycl:: ops a segment may call)
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
@@ -73,16 +72,14 @@ def lower(
             continue
         if progress is not None:
             progress(segment.name)
+        graph_module, examples, dynamic = _segment_graph(segment, constants)
         exported = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exported = _spread_export(segment, constants, decompositions)
-                if exported is None:
-                    graph_module, examples, dynamic = _segment_graph(segment, constants)
-                    exported = _export(graph_module, examples, dynamic)
-                    exported = exported.run_decompositions(decompositions)
-                    _refuse_specialized_dims(segment, exported)
+                exported = _export(graph_module, examples, dynamic)
+                exported = exported.run_decompositions(decompositions)
+                _refuse_specialized_dims(segment, exported)
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
         except UnsupportedOpError:
@@ -91,28 +88,6 @@ def lower(
             raise _explain(segment, error, exported) from error
     module = importer.module
     return LoweredModule(module, context, _signatures(module))
-
-
-def _spread_export(segment: Segment, constants: dict, decompositions: Any) -> Any:
-    """The segment exported with every dynamic dim and int free, first at the hints, then with each
-    hint h spread to 2h + 1 (None if neither keeps them free).
-
-    torch.export specializes a size derived from the examples that is 0 or 1, as it does an input
-    of that size: `x[start:end]` with the examples 0 and 1 (a loop-carried start, the loop's index)
-    made `end` the symbol `start + 1`, and the slice kept one row whatever the bounds; `mems[1:]` of
-    a list of two stacked tensors fixed the list's length at 2. Spread the same way for every
-    dynamic dim and int, the examples keep their order (a slice's bounds stay within its tensor),
-    and specialize's meta runs have checked that the ops accept them (`_PERTURBATIONS`)."""
-    for spread in (False, True):
-        graph_module, examples, dynamic = _segment_graph(segment, constants, spread)
-        try:
-            exported = _export_once(graph_module, examples, dynamic)
-            exported = exported.run_decompositions(decompositions)
-        except Exception:
-            continue
-        if not _fixed_ints(exported, dynamic) and not _specialized_dims(segment, exported):
-            return exported
-    return None
 
 
 def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
@@ -140,22 +115,21 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
 
 
 def _fixed_ints(exported: Any, dynamic: list) -> set[int]:
-    """Positions of the int inputs marked dynamic that torch.export fixed to their example, or tied to
-    another input (examples 0 and 1 for `x[start:end]` made `end` the symbol `start + 1`)."""
+    """Positions of the int inputs marked dynamic that torch.export fixed to their example."""
     user_inputs = set(exported.graph_signature.user_inputs)
     placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
     return {
         position
         for position, (node, spec) in enumerate(zip(placeholders, dynamic))
-        if spec is not None and not isinstance(spec, dict) and not _is_free(node.meta.get("val"))
+        if spec is not None and not isinstance(spec, dict) and _is_concrete(node.meta.get("val"))
     }
 
 
-def _is_free(value: Any) -> bool:
-    """A SymInt that is a symbol of its own (not a number, not an expression of other inputs)."""
-    import sympy
+def _is_concrete(value: Any) -> bool:
+    """An int, or a SymInt whose expression became a number (a specialized input)."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    return isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol)
+    return isinstance(value, (int, torch.SymInt)) and is_concrete_int(value)
 
 
 def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
@@ -172,7 +146,7 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) ->
 
 
 def _segment_graph(
-    segment: Segment, constants: dict[Any, tuple[str, torch.Tensor]], spread: bool = False
+    segment: Segment, constants: dict[Any, tuple[str, torch.Tensor]]
 ) -> tuple[fx.GraphModule, list, list]:
     graph = fx.Graph()
     root = torch.nn.Module()
@@ -183,9 +157,6 @@ def _segment_graph(
         placeholder = graph.placeholder(f"p{index}")
         type_ = param.type
         if isinstance(type_, TensorType):
-            if spread:
-                hint = tuple(2 * h + 1 if size is None else h for h, size in zip(type_.hint, type_.shape))
-                type_ = dataclasses.replace(type_, hint=hint)
             examples.append(_example_tensor(_long_enough(type_, param, segment)))
             dims = {d: Dim.AUTO for d, size in enumerate(type_.shape) if size is None}
             dynamic.append(dims or None)
@@ -199,8 +170,7 @@ def _segment_graph(
             # A negative example makes torch.export fail on an index (`h[0, k]` with k = -1: "Invalid
             # ranges [0:-1]"); the graph must hold for every value anyway, so it traces with 1.
             hint = int(type_.hint) if type_.hint is not None else 2
-            hint = hint if hint >= 0 else 1
-            examples.append(2 * hint + 1 if spread else hint)
+            examples.append(hint if hint >= 0 else 1)
             dynamic.append(Dim.DYNAMIC)
             env[param] = placeholder
 
@@ -263,20 +233,6 @@ _UNROLLED_OVER_TIME = {
     "dycl::padded_rnn_tanh.default": "nn.RNN over a PackedSequence",
     "dycl::padded_rnn_relu.default": "nn.RNN over a PackedSequence",
 }
-
-
-def _specialized_dims(segment: Segment, exported: Any) -> bool:
-    """Whether torch.export fixed a dim the Program types dynamic (see `_refuse_specialized_dims`)."""
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int
-
-    user_inputs = set(exported.graph_signature.user_inputs)
-    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
-    for param, node in zip(segment.params, placeholders):
-        value = node.meta.get("val")
-        if isinstance(param.type, TensorType) and isinstance(value, torch.Tensor):
-            if any(size is None and is_concrete_int(value.shape[d]) for d, size in enumerate(param.type.shape)):
-                return True
-    return False
 
 
 def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
