@@ -189,6 +189,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
         self.temporaries = itertools.count()
         self.where = ['"main"']
         self.depth = 1
+        self.enclosing_loops = 0  # how many loops hold the one being emitted (`control_flow.loop`)
         # What the compiled host cannot express, each with where it is; the walk goes on past
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []

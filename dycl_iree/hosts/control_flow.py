@@ -75,7 +75,7 @@ class ControlFlowEmitter:
         # ... but not inside another loop: there the barrier on a tensor the body reads gave the
         # loop a zero tensor (`for i: if c: break; h = h + 0.1; for j: h = h * 0.5`, dynamic
         # batch, fuzzer seed 73004), the trap `barrier_all` describes.
-        enclosing = getattr(self, "enclosing_loops", 0)
+        enclosing = self.enclosing_loops
         grows = grows and enclosing == 0
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
@@ -346,7 +346,7 @@ class ControlFlowEmitter:
         self.depth += 1
         self.where.append(self.located(node.label, node.source))
         saved = dict(self.names), dict(self.types)
-        enclosing = getattr(self, "enclosing_loops", 0)
+        enclosing = self.enclosing_loops
         self.enclosing_loops = enclosing + 1
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         self.enclosing_loops = enclosing
