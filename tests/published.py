@@ -10,6 +10,7 @@ installed package.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -28,9 +29,13 @@ def _installed_file(package: str, relative: str) -> Path:
 
 def load_model_file(package: str, relative: str, name: str) -> ModuleType:
     """Load `package/relative` (a file that imports only torch) as the module `name`."""
+    return _load_path(_installed_file(package, relative), name)
+
+
+def _load_path(path: Path, name: str) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _installed_file(package, relative))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # TorchScript finds a scripted class's globals through sys.modules[cls.__module__].
     sys.modules[name] = module
@@ -41,3 +46,40 @@ def load_model_file(package: str, relative: str, name: str) -> ModuleType:
 def torchaudio_tacotron2() -> ModuleType:
     """torchaudio's `models/tacotron2.py` (`Tacotron2` and its `_Encoder`, `_Decoder`, `_Prenet`)."""
     return load_model_file("torchaudio", "models/tacotron2.py", "torchaudio_published.tacotron2")
+
+
+@contextlib.contextmanager
+def _package_stand_in(package: str, **names: object):
+    """`package` (and its parents) as plain modules holding `names` while a file that does
+    `from package import name` is loaded; the real package, whose `__init__` fails, is never run."""
+    parts = package.split(".")
+    added = []
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name not in sys.modules:
+            sys.modules[name] = ModuleType(name)
+            added.append(name)
+    vars(sys.modules[package]).update(names)
+    try:
+        yield
+    finally:
+        for name in added:
+            del sys.modules[name]
+
+
+def torchaudio_rnnt() -> ModuleType:
+    """torchaudio's `models/rnnt.py` (`RNNT`, `emformer_rnnt_model`) with `models/emformer.py`, which
+    it imports as `from torchaudio.models import Emformer`: a stand-in `torchaudio.models` holding
+    the loaded `Emformer` serves that import."""
+    path = _installed_file("torchaudio", "models/rnnt.py")
+    emformer = load_model_file("torchaudio", "models/emformer.py", "torchaudio_published.emformer")
+    with _package_stand_in("torchaudio.models", Emformer=emformer.Emformer):
+        return _load_path(path, "torchaudio_published.rnnt")
+
+
+def torchaudio_rnnt_decoder() -> ModuleType:
+    """torchaudio's `models/rnnt_decoder.py` (`RNNTBeamSearch`), which imports `RNNT` the same way."""
+    path = _installed_file("torchaudio", "models/rnnt_decoder.py")
+    rnnt = torchaudio_rnnt()
+    with _package_stand_in("torchaudio.models", RNNT=rnnt.RNNT):
+        return _load_path(path, "torchaudio_published.rnnt_decoder")

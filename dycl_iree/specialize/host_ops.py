@@ -211,7 +211,7 @@ class HostScalars:
         except Exception:
             hint = None
         output = node.output()
-        type_ = type_from_ts(output.type(), hint)
+        type_ = type_from_ts(output.type(), hint, source)
         value = self.new_value(type_, value_name(output))
         self.nodes.append(HostOp(target, tuple(entries), (value,), source))
         self.bind(output, value)

@@ -158,15 +158,19 @@ def element_type(types: list[TensorType], source: str) -> TensorType:
     return TensorType(first.dtype, tuple(shape), hint)
 
 
-def list_element_kind(ts_type: Any) -> str:
+def list_element_kind(ts_type: Any, source: str = "") -> str:
     text = str(ts_type)
     for kind in ("int", "float", "bool"):
         if text == f"List[{kind}]" or text == f"{kind}[]":
             return kind
-    raise SpecializeError(f"a list of {text} that changes at run time: only lists of int, float or bool can")
+    where = f" ({source})" if source else ""
+    raise SpecializeError(
+        f"a run-time value of type {text}{where}: a list whose items are lists, tuples, dicts or objects "
+        "cannot change at run time; lists of int, float, bool or tensors can"
+    )
 
 
-def type_from_ts(ts_type: Any, hint: Any) -> Type:
+def type_from_ts(ts_type: Any, hint: Any, source: str = "") -> Type:
     text = str(ts_type)
     if text in ("int", "float", "bool"):
         default = {"int": 1, "float": 1.0, "bool": True}[text]
@@ -175,8 +179,9 @@ def type_from_ts(ts_type: Any, hint: Any) -> Type:
         kind = "float" if isinstance(hint, float) else "int"
         return ScalarType(kind, hint if hint is not None else 1)
     if text.startswith("List[") or text.endswith("[]"):
-        return ListType(list_element_kind(ts_type), tuple(hint or ()))
-    raise SpecializeError(f"a run-time value of type {text} on the host is not supported")
+        return ListType(list_element_kind(ts_type, source), tuple(hint or ()))
+    where = f" ({source})" if source else ""
+    raise SpecializeError(f"a run-time value of type {text} on the host is not supported{where}")
 
 
 def fold_scalar(kind: str, overload: Any, values: list, source: str) -> Any:

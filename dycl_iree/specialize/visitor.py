@@ -235,7 +235,7 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, Host
         items = tuple(self.entry(v) for v in node.inputs())
         output = node.output()
         if output.unique() in self.mutated_lists and scalar_list_kind(output.type()) is not None:
-            element = list_element_kind(output.type())
+            element = list_element_kind(output.type(), source_of(node))
             value = self.new_value(ListType(element, tuple(hint_of(i) for i in items)), value_name(output))
             self.nodes.append(HostOp("prim::ListConstruct", items, (value,), source_of(node)))
             self.bind(output, value)

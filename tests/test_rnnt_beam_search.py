@@ -1,0 +1,76 @@
+"""torchaudio's `RNNTBeamSearch` (2.11.1, from PyPI) over a small Emformer RNN-T, as published.
+
+The model files are loaded without torchaudio's `__init__` (its C++ extension does not load with
+torch 2.13): `tests/published.py` loads `models/emformer.py`, `models/rnnt.py` and
+`models/rnnt_decoder.py` by path, with a stand-in `torchaudio.models` for their imports of each
+other. Nothing of the package is edited.
+
+The beam search does not export yet. What it needs, in the order the exporter meets it: Emformer's
+attention mask is a list of per-segment mask lists (`masks_to_concat = [rc_mask, query_mask]`), one
+segment per `segment_length` frames, so its lists grow with the run-time length; then each
+hypothesis is a tuple of a token list, a tensor, a `List[List[Tensor]]` state and a score, kept in
+lists that grow, shrink (`del`) and are sorted at run time, and in a `Dict[str, Hypothesis]` keyed by
+`str(tokens)`. The test below pins the first refusal, so that a change in what stops the export is
+seen.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dycl_iree
+
+from .published import torchaudio_rnnt, torchaudio_rnnt_decoder
+
+pytestmark = pytest.mark.published
+
+BLANK = 5
+
+
+@pytest.fixture(scope="module")
+def beam_search():
+    decoder = torchaudio_rnnt_decoder()
+    torch.manual_seed(0)
+    model = torchaudio_rnnt().emformer_rnnt_model(
+        input_dim=4,
+        encoding_dim=8,
+        num_symbols=BLANK + 1,
+        segment_length=2,
+        right_context_length=0,
+        time_reduction_input_dim=8,
+        time_reduction_stride=1,
+        transformer_num_heads=2,
+        transformer_ffn_dim=8,
+        transformer_num_layers=1,
+        transformer_dropout=0.0,
+        transformer_activation="relu",
+        transformer_left_context_length=0,
+        transformer_max_memory_size=0,
+        transformer_weight_init_scale_strategy="depthwise",
+        transformer_tanh_on_mem=True,
+        symbol_embedding_dim=8,
+        num_lstm_layers=1,
+        lstm_layer_norm=True,
+        lstm_layer_norm_epsilon=1e-5,
+        lstm_dropout=0.0,
+    )
+    return decoder.RNNTBeamSearch(model.eval(), blank=BLANK, step_max_tokens=3).eval()
+
+
+def test_the_beam_search_scripts_and_decodes_like_its_eager_form(beam_search):
+    frames, length = torch.randn(6, 4), torch.tensor([6])
+    with torch.no_grad():
+        eager = beam_search(frames, length, 2)
+        scripted = torch.jit.script(beam_search)(frames, length, 2)
+    assert [h[0] for h in scripted] == [h[0] for h in eager]
+    assert [h[3] for h in scripted] == pytest.approx([h[3] for h in eager])
+
+
+def test_its_export_is_refused_at_emformers_list_of_mask_lists(beam_search):
+    message = (
+        r"a run-time value of type List\[Tensor\] \(.*emformer.py:\d+.*\): a list whose items are lists, tuples, "
+        r"dicts or objects cannot change at run time"
+    )
+    with pytest.raises(dycl_iree.DyclError, match=message):
+        dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2))
