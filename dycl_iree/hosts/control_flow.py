@@ -10,6 +10,7 @@ from ..program import (
     Block,
     Constant,
     If,
+    ListType,
     Loop,
     TensorType,
     Value,
@@ -71,12 +72,12 @@ class ControlFlowEmitter:
         initial = [self.operand(arg, want)[0] for arg, want in zip(node.initial, types)]
         # A for-like loop (no `break`): the tensors it grows pass barriers with their sizes (see
         # `barrier_all`); in a loop with an exit those barriers broke a list grown after a `return`.
-        grows = isinstance(node.body.results[0], Constant) and node.body.results[0].value is True
+        for_like = isinstance(node.body.results[0], Constant) and node.body.results[0].value is True
         # ... but not inside another loop: there the barrier on a tensor the body reads gave the
         # loop a zero tensor (`for i: if c: break; h = h + 0.1; for j: h = h * 0.5`, dynamic
         # batch, fuzzer seed 73004), the trap `barrier_all` describes.
         enclosing = self.enclosing_loops
-        grows = grows and enclosing == 0
+        grows = for_like and enclosing == 0
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
         initial = self.widened(initial, types)
@@ -98,7 +99,11 @@ class ControlFlowEmitter:
         saved = dict(self.names), dict(self.types)
         read = _values_read(node.body)
         unread = [False] + [param not in read for param in node.body.params[1:]]
-        kept = self.barrier_all(arguments, builtins, unread=unread, grown=grows)
+        grown = [False] + [
+            (grows and "?" in builtin) or isinstance(param.type, ListType) or (for_like and _grows(param, result))
+            for param, result, builtin in zip(node.body.params[1:], node.body.results[1:], builtins[1:])
+        ]
+        kept = self.barrier_all(arguments, builtins, unread=unread, grown=grown)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
@@ -205,7 +210,7 @@ class ControlFlowEmitter:
         ]
 
     def barrier_all(
-        self, names: list[str], builtins: list[str], unread: list[bool] | None = None, grown: bool = False
+        self, names: list[str], builtins: list[str], unread: list[bool] | None = None, grown: list[bool] | None = None
     ) -> list[str]:
         """`names` (builtin-typed), each through its own `util.optimization_barrier`.
 
@@ -229,7 +234,7 @@ class ControlFlowEmitter:
                 unread is not None
                 and builtin.startswith("tensor<")
                 and not unread[position]
-                and not (grown and "?" in builtin)
+                and not (grown is not None and grown[position])
             ):
                 # At the top of the body, only a tensor the body never reads goes through a
                 # barrier (it would lose its argument). One the body reads keeps its argument,
@@ -381,6 +386,17 @@ def _starts_without_rows(node: Loop) -> set[int]:
         if shape and shape[0] == 0 and None in shape[1:] and node.outputs[position].type.shape[0] is None:
             spare.add(position)
     return spare
+
+
+def _grows(param: Value, result: Arg) -> bool:
+    """Whether the loop body returns the tensor `param` bigger than it got it: its dynamic size was
+    larger after one pass of the body over the example (`ts.append(h)` of a list of tensors carried
+    stacked, `acc = torch.cat([acc, h])`)."""
+    if not isinstance(param.type, TensorType) or not isinstance(result, Value):
+        return False
+    if not isinstance(result.type, TensorType) or None not in param.type.shape:
+        return False
+    return any(d is None and b > a for d, a, b in zip(param.type.shape, param.type.hint, result.type.hint))
 
 
 def _values_read(block: Block) -> set[Value]:
