@@ -7,7 +7,9 @@ never uses it: every random op is rewritten (`random_state.py`) into one of the 
 which take the generator's state as an ordinary tensor, two int32 words (the seed's word and a
 draw counter), and return the draw and the next state. Each is a CompositeImplicitAutograd function
 of plain aten integer and float ops, so torch.export decomposes it, torch-mlir imports it like any
-arithmetic, and the reference interpreter runs the very same function eagerly.
+arithmetic, and the reference interpreter runs the very same function eagerly. This module holds the
+generator and the draws that transform it elementwise (dropout and alpha dropout included);
+`random_sampling.py` holds the multinomial, randperm and poisson samplers.
 
 The generator is counter-based (the idea of Philox and Threefry), in 32-bit words: the state gives
 two keys, and element `i` (row-major) the word `mix(mix(i * golden + key0) ^ key1)`, with `mix` the

@@ -16,9 +16,11 @@ int32 words (seed word, draw counter) threaded like any other:
 Partitioning then makes the state a parameter and a result of each segment that draws, and both
 hosts carry it as they carry every tensor; nothing in either host knows it is random.
 
-Random ops not listed in `_REWRITES` (`multinomial`, `randperm`, `poisson`, `normal` with a float
-mean, `alpha_dropout`, a dropout whose `training` flag is a run-time value) keep torch-mlir's global,
-as before: they compile outside the compiled host's branches and loops only.
+A dropout whose `training` flag is a run-time bool is rewritten too: its `dycl::` op draws and then
+selects the draw or the input. Random ops not listed in `_REWRITES` (`F.rrelu` in training mode,
+`x.random_()` without bounds) keep torch-mlir's global: they compile outside the compiled host's
+branches and loops only, and the compiled host refuses them inside, naming the op and its line
+(`global_seed_draws`).
 
 Example:
     >>> program = thread_random_state(specialize(capture(model), example_inputs))   # doctest: +SKIP
@@ -29,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 
@@ -41,12 +44,14 @@ from .program import (
     Loop,
     Node,
     Program,
+    Segment,
     TensorOp,
     TensorType,
     Value,
     iter_nodes,
     sub_blocks,
 )
+from .specialize.schemas import overload_of
 
 STATE_TYPE = TensorType("int32", (2,), (2,))  # (seed word, draw counter): see random_ops.py
 STATE_NAME = "random_state"
@@ -124,6 +129,26 @@ _REWRITES: dict[str, _Rewrite] = {
     ),
 }
 SUPPORTED = tuple(_REWRITES)
+
+
+def global_seed_draws(segment: Segment) -> list[TensorOp]:
+    """The ops of `segment` that still draw from torch-mlir's global seed: random ops (an aten op with a
+    `Generator?` argument) that no `dycl::` op replaces, such as `x.random_()` without bounds or
+    `randint_like` of a tensor bound. They compile at the top level of `main` only (README's traps)."""
+    found = []
+    for node in segment.nodes:
+        if isinstance(node, TensorOp) and node.target.startswith("aten::") and _has_generator(node.target):
+            found.append(node)
+    return found
+
+
+@functools.cache
+def _has_generator(target: str) -> bool:
+    try:
+        schema = overload_of(target)._schema
+    except AttributeError:
+        return False
+    return any(str(argument.type) == "Optional[Generator]" for argument in schema.arguments)
 
 
 def draws(node: Node) -> bool:
@@ -213,4 +238,4 @@ def _largest_id(program: Program) -> int:
     return largest
 
 
-__all__ = ["thread_random_state", "draws", "SUPPORTED", "STATE_TYPE", "STATE_NAME"]
+__all__ = ["thread_random_state", "draws", "global_seed_draws", "SUPPORTED", "STATE_TYPE", "STATE_NAME"]

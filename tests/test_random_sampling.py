@@ -311,3 +311,22 @@ def test_deterministic_settings_are_pytorchs_exactly(draws_in_a_loop) -> None:
     untouched = run(-x.numpy(), 1, 0.5, 3.0, True)  # the `if` not taken: the inputs come back
     for value in untouched:
         np.testing.assert_array_equal(value, -x.numpy())
+
+
+class _RandomizedLeakyRelu(nn.Module):
+    """`F.rrelu` in training mode draws its slopes from torch-mlir's global seed (no dycl:: op replaces it)."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        for _ in range(n):
+            x = F.rrelu(x, 0.1, 0.3, True) - 0.5
+        return x
+
+
+def test_a_random_op_on_the_global_seed_in_a_loop_falls_back_naming_it(tmp_path) -> None:
+    bundle = dycl_iree.export(_RandomizedLeakyRelu(), (torch.randn(2, 3), 2))
+    reason = bundle.manifest["compiled_host_unsupported"]
+    assert bundle.host == "python"
+    assert "aten::rrelu.default" in reason and "functional.py:" in reason and "global random seed" in reason
+    run = dycl_iree.load(bundle.save(tmp_path / "rrelu.dycl"), host="python")
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(run(x, 1), x - 0.5)  # positive: rrelu is the identity there
