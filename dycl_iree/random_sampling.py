@@ -44,8 +44,9 @@ from .random_ops import next_state, random_words, uniform_values, unit_floats
 def _inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """For each row of `weights` [rows, k] and each of its uniforms [rows, n], the category whose
     cumulative weight interval [cdf[j-1], cdf[j]) holds u * total (int64 [rows, n])."""
-    cdf = torch.cumsum(weights, -1)
-    # u < 1 - 2**-24 keeps u * total below total in float32 rounding, so it never passes the last category.
+    # In float32 at least: u <= 1 - 2**-24 keeps u * total below total when rounded to float32 or
+    # float64, so it never passes the last category of positive weight; in float16 u would round to 1.
+    cdf = torch.cumsum(weights if weights.element_size() >= 4 else weights.to(torch.float32), -1)
     target = uniform.to(cdf.dtype) * cdf[:, -1:]
     index = (cdf.unsqueeze(1) <= target.unsqueeze(2)).to(torch.int64).sum(-1)
     return torch.clamp(index, max=weights.shape[-1] - 1)
