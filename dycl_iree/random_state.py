@@ -16,9 +16,11 @@ int32 words (seed word, draw counter) threaded like any other:
 Partitioning then makes the state a parameter and a result of each segment that draws, and both
 hosts carry it as they carry every tensor; nothing in either host knows it is random.
 
-Random ops not listed in `_REWRITES` (`multinomial`, `randperm`, `poisson`, `normal` with a float
-mean, `alpha_dropout`, a dropout whose `training` flag is a run-time value) keep torch-mlir's global,
-as before: they compile outside the compiled host's branches and loops only.
+A dropout whose `training` flag is a run-time bool is rewritten too: its `dycl::` op draws and then
+selects the draw or the input. Random ops not listed in `_REWRITES` (`F.rrelu` in training mode,
+`x.random_()` without bounds) keep torch-mlir's global: they compile outside the compiled host's
+branches and loops only, and the compiled host refuses them inside, naming the op and its line
+(`global_seed_draws`).
 
 Example:
     >>> program = thread_random_state(specialize(capture(model), example_inputs))   # doctest: +SKIP
@@ -29,10 +31,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 
-from . import random_ops  # noqa: F401  (registers the dycl:: ops)
+from . import random_ops, random_sampling  # noqa: F401  (register the dycl:: ops)
 from .program import (
     Arg,
     Block,
@@ -41,12 +44,14 @@ from .program import (
     Loop,
     Node,
     Program,
+    Segment,
     TensorOp,
     TensorType,
     Value,
     iter_nodes,
     sub_blocks,
 )
+from .specialize.schemas import overload_of
 
 STATE_TYPE = TensorType("int32", (2,), (2,))  # (seed word, draw counter): see random_ops.py
 STATE_NAME = "random_state"
@@ -61,32 +66,89 @@ def _dtype_only(node: TensorOp) -> tuple[tuple[str, Arg], ...]:
     return (("dtype", dtype),) if dtype is not None else ()
 
 
+def _train_flag(node: TensorOp) -> Arg:
+    return node.args[2] if len(node.args) > 2 else _keyword(node, "train")
+
+
 def _trained(node: TensorOp) -> bool:
-    """A dropout whose `train` flag is the constant True (one that is off is the identity; a run-time flag
-    is not rewritten)."""
-    train = node.args[2] if len(node.args) > 2 else _keyword(node, "train")
-    return isinstance(train, Constant) and train.value is True
+    """A dropout that is on: its `train` flag is the constant True or a run-time bool (a `Value`; the
+    `dycl::` op then selects between the draw and its input). One that is constantly off is the identity."""
+    train = _train_flag(node)
+    return isinstance(train, Value) or (isinstance(train, Constant) and train.value is True)
+
+
+def _run_time_train(node: TensorOp) -> tuple[tuple[str, Arg], ...]:
+    train = _train_flag(node)
+    return (("train", train),) if isinstance(train, Value) else ()
+
+
+def _bounded(node: TensorOp) -> bool:
+    """`x.random_(low, high)` with a bound: without one it draws the dtype's whole range (not rewritten)."""
+    return not (isinstance(node.args[2], Constant) and node.args[2].value is None)
 
 
 # aten target -> (whether this use draws, the dycl:: target, its arguments before the state, its keywords).
 _Rewrite = tuple[Callable[[TensorOp], bool], str, Callable[[TensorOp], tuple], Callable[[TensorOp], tuple]]
 _ALWAYS = lambda node: True  # noqa: E731
+_NONE = lambda node: ()  # noqa: E731
 _REWRITES: dict[str, _Rewrite] = {
     "aten::rand.default": (_ALWAYS, "dycl::uniform", lambda n: n.args[:1], _dtype_only),
     "aten::randn.default": (_ALWAYS, "dycl::normal", lambda n: n.args[:1], _dtype_only),
     "aten::rand_like.default": (_ALWAYS, "dycl::uniform_like", lambda n: n.args[:1], _dtype_only),
     "aten::randn_like.default": (_ALWAYS, "dycl::normal_like", lambda n: n.args[:1], _dtype_only),
-    "aten::uniform.default": (_ALWAYS, "dycl::uniform_between", lambda n: n.args[:3], lambda n: ()),
-    "aten::normal.Tensor_Tensor": (_ALWAYS, "dycl::normal_around", lambda n: n.args[:2], lambda n: ()),
-    "aten::normal.Tensor_float": (_ALWAYS, "dycl::normal_around_float", lambda n: n.args[:2], lambda n: ()),
+    "aten::uniform.default": (_ALWAYS, "dycl::uniform_between", lambda n: n.args[:3], _NONE),
+    "aten::normal.Tensor_Tensor": (_ALWAYS, "dycl::normal_around", lambda n: n.args[:2], _NONE),
+    "aten::normal.Tensor_float": (_ALWAYS, "dycl::normal_around_float", lambda n: n.args[:2], _NONE),
+    "aten::normal.float_Tensor": (_ALWAYS, "dycl::normal_from_float", lambda n: n.args[:2], _NONE),
+    "aten::normal.float_float": (_ALWAYS, "dycl::normal_sized", lambda n: n.args[:3], _dtype_only),
+    "aten::normal_functional.default": (_ALWAYS, "dycl::normal_shaped", lambda n: n.args[:3], _NONE),
+    "aten::log_normal.default": (_ALWAYS, "dycl::log_normal", lambda n: n.args[:3], _NONE),
+    "aten::exponential.default": (_ALWAYS, "dycl::exponential", lambda n: n.args[:2], _NONE),
+    "aten::geometric.default": (_ALWAYS, "dycl::geometric", lambda n: n.args[:2], _NONE),
+    "aten::cauchy.default": (_ALWAYS, "dycl::cauchy", lambda n: n.args[:3], _NONE),
     "aten::randint.default": (_ALWAYS, "dycl::randint", lambda n: n.args[:2], _dtype_only),
     "aten::randint.low": (_ALWAYS, "dycl::randint_low", lambda n: n.args[:3], _dtype_only),
-    "aten::bernoulli.default": (_ALWAYS, "dycl::bernoulli", lambda n: n.args[:1], lambda n: ()),
-    "aten::bernoulli.p": (_ALWAYS, "dycl::bernoulli_p", lambda n: n.args[:2], lambda n: ()),
-    "aten::dropout.default": (_trained, "dycl::dropout", lambda n: n.args[:2], lambda n: ()),
-    "aten::feature_dropout.default": (_trained, "dycl::feature_dropout", lambda n: n.args[:2], lambda n: ()),
+    "aten::randint_like.default": (_ALWAYS, "dycl::randint_like", lambda n: n.args[:2], _dtype_only),
+    "aten::randint_like.low_dtype": (_ALWAYS, "dycl::randint_like_low", lambda n: n.args[:3], _dtype_only),
+    "aten::random.from": (_bounded, "dycl::random_between", lambda n: n.args[:3], _NONE),
+    "aten::random.to": (_ALWAYS, "dycl::random_between", lambda n: (n.args[0], Constant(0), n.args[1]), _NONE),
+    "aten::randperm.default": (_ALWAYS, "dycl::randperm", lambda n: n.args[:1], _dtype_only),
+    "aten::multinomial.default": (_ALWAYS, "dycl::multinomial", lambda n: n.args[:3], _NONE),
+    "aten::poisson.default": (_ALWAYS, "dycl::poisson", lambda n: n.args[:1], _NONE),
+    "aten::bernoulli.default": (_ALWAYS, "dycl::bernoulli", lambda n: n.args[:1], _NONE),
+    "aten::bernoulli.p": (_ALWAYS, "dycl::bernoulli_p", lambda n: n.args[:2], _NONE),
+    "aten::bernoulli.Tensor": (_ALWAYS, "dycl::bernoulli_tensor", lambda n: n.args[:2], _NONE),
+    "aten::dropout.default": (_trained, "dycl::dropout", lambda n: n.args[:2], _run_time_train),
+    "aten::feature_dropout.default": (_trained, "dycl::feature_dropout", lambda n: n.args[:2], _run_time_train),
+    "aten::alpha_dropout.default": (_trained, "dycl::alpha_dropout", lambda n: n.args[:2], _run_time_train),
+    "aten::feature_alpha_dropout.default": (
+        _trained,
+        "dycl::feature_alpha_dropout",
+        lambda n: n.args[:2],
+        _run_time_train,
+    ),
 }
 SUPPORTED = tuple(_REWRITES)
+
+
+def global_seed_draws(segment: Segment) -> list[TensorOp]:
+    """The ops of `segment` that still draw from torch-mlir's global seed: random ops (an aten op with a
+    `Generator?` argument) that no `dycl::` op replaces, such as `x.random_()` without bounds or
+    `randint_like` of a tensor bound. They compile at the top level of `main` only (README's traps)."""
+    found = []
+    for node in segment.nodes:
+        if isinstance(node, TensorOp) and node.target.startswith("aten::") and _has_generator(node.target):
+            found.append(node)
+    return found
+
+
+@functools.cache
+def _has_generator(target: str) -> bool:
+    try:
+        schema = overload_of(target)._schema
+    except AttributeError:
+        return False
+    return any(str(argument.type) == "Optional[Generator]" for argument in schema.arguments)
 
 
 def draws(node: Node) -> bool:
@@ -176,4 +238,4 @@ def _largest_id(program: Program) -> int:
     return largest
 
 
-__all__ = ["thread_random_state", "draws", "SUPPORTED", "STATE_TYPE", "STATE_NAME"]
+__all__ = ["thread_random_state", "draws", "global_seed_draws", "SUPPORTED", "STATE_TYPE", "STATE_NAME"]

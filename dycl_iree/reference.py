@@ -23,7 +23,7 @@ from host_runtime.errors import ModelRaised
 from host_runtime.random_state import DEFAULT_SEED, initial_state
 from host_runtime.runner import build_outputs
 
-from . import random_ops  # noqa: F401  (registers the dycl:: ops that a Program may call)
+from . import random_ops, random_sampling  # noqa: F401  (register the dycl:: ops that a Program may call)
 from .guards import CHECK_INDEX
 from .program import STAND_IN, Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
 from .specialize.schemas import overload_of

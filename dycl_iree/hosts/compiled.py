@@ -40,10 +40,12 @@ from ..program import (
     Program,
     ScalarType,
     SegmentCall,
+    TensorOp,
     TensorType,
     Value,
     dispatch,
 )
+from ..random_state import global_seed_draws
 from ..sources import relative_sources
 from ..specialize.values import UNINITIALIZED
 from .control_flow import ControlFlowEmitter
@@ -181,8 +183,12 @@ def _float_literal(value: float) -> str:
 
 
 class _Emitter(ControlFlowEmitter, Emitter):
-    def __init__(self, signatures: dict[str, tuple[list[str], list[str]]]) -> None:
+    def __init__(
+        self, signatures: dict[str, tuple[list[str], list[str]]], seeded: dict[str, list[TensorOp]] | None = None
+    ) -> None:
         self.signatures = signatures
+        # Segments with random ops on torch-mlir's global seed (`random_state.global_seed_draws`).
+        self.seeded = seeded or {}
         self.lines: list[str] = []
         self.names: dict[Value, str] = {}
         self.types: dict[Value, str] = {}
@@ -294,6 +300,13 @@ class _Emitter(ControlFlowEmitter, Emitter):
 
     # -- nodes --------------------------------------------------------------------------------
     def segment_call(self, node: SegmentCall) -> None:
+        if len(self.where) > 1 and node.segment in self.seeded:
+            # iree-compile 3.13 dies with SIGFPE on the global seed's store inside a region (README's traps).
+            op = self.seeded[node.segment][0]
+            raise CompiledHostUnsupported(
+                f"{op.target} ({op.source}) draws from torch-mlir's global random seed, which iree-compile "
+                "cannot update inside a loop or an if"
+            )
         params, results = self.signatures[node.segment]
         operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]
         result = self.fresh()
@@ -489,7 +502,8 @@ class _Emitter(ControlFlowEmitter, Emitter):
 
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
     """MLIR text of `func.func @main`, or CompiledHostUnsupported naming what it cannot express."""
-    emitter = _Emitter(signatures)
+    seeded = {segment.name: global_seed_draws(segment) for segment in program.segments}
+    emitter = _Emitter(signatures, {name: ops for name, ops in seeded.items() if ops})
     params = _abi_params(emitter, program.inputs)
     result_types = []
     for arg in program.body.results:

@@ -169,10 +169,15 @@ def returns_view(schema: Any) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
+# In-place ops whose functional form has another name: `x.normal_(mean, std)` has no `aten::normal`
+# overload of its arguments (`normal.float_float` takes a size), but `normal_functional` is its twin.
+_FUNCTIONAL_NAMES = {"normal_": "normal_functional"}
+
+
 def functional_overload(overload: Any) -> Any:
     schema = overload._schema
     name = schema.name.split("::")[1]
-    functional_name = name[:-1] if name.endswith("_") else name
+    functional_name = _FUNCTIONAL_NAMES.get(name, name[:-1] if name.endswith("_") else name)
     packet = getattr(torch.ops.aten, functional_name, None)
     if packet is None:
         return None

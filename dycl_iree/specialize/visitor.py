@@ -107,7 +107,9 @@ from .values import (
 )
 
 # Ops whose result is random: never folded at export time.
-_NONDETERMINISTIC = re.compile(r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson")
+_NONDETERMINISTIC = re.compile(
+    r"rand|normal|bernoulli|dropout|multinomial|uniform|poisson|exponential|geometric|cauchy"
+)
 
 
 class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections):
