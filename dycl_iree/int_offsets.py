@@ -1,8 +1,8 @@
 """Which int parameters of a segment the host program computes from one another by a constant offset.
 
-torch.export ties two int inputs when the examples make a size derived from them 0 or 1: with the
-examples 0 and 1, `x[start:end]` followed by a broadcast made `end` the symbol `start + 1`, and the
-exported slice keeps one row whatever the bounds. Whether such a tie is a coincidence of the examples
+torch.export ties two int inputs when the examples make a size derived from them 1: with the
+examples 0 and 1, `x[start:end]` made `end` the symbol `start + 1`, and the exported slice keeps one
+row whatever the bounds. Whether such a tie is a coincidence of the examples
 (a segmenter's loop-carried `start` and the loop's index `i`) or holds on every run (a decoder's
 `positions[step : step + count]` with `count == 1`: the host computes `end` as `step + 1`) cannot be
 told from the export, but it can from the Program: a tie is real when, at every call of the segment,

@@ -94,14 +94,19 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     """The segment exported at its hints, or, where that export ties or fixes what the Program keeps
     apart, exported again at spread examples.
 
-    torch.export specializes a size derived from the examples that is 0 or 1 as it does an input of
-    that size: `x[start:end]` with the examples 0 and 1 (a loop-carried start, the loop's index)
-    before a broadcast made `end` the symbol `start + 1`, and the slice kept one row whatever the
-    bounds; `mems[1:]` of a list of two stacked tensors fixed the list's length at 2. A tie the host
-    program makes itself is kept: the translator's decoder step slices `positions[step : step + 1]`
-    with `end` computed as `step + 1`, and exporting it with other examples made the slice's rows
-    dynamic, which cost the static shape and gave the compiled host wrong tokens (README, "Known
-    traps"). The spread examples (`_spread_hints`) keep those offsets and break every other tie."""
+    torch.export specializes a size derived from the examples that is 1 as it does an input of that
+    size: `x[start:end]` with the examples 0 and 1 (a loop-carried start, the loop's index) made
+    `end` the symbol `start + 1`, and the slice kept one row whatever the bounds; `mems[1:]` of a list
+    of two stacked tensors fixed the list's length at 2. A tie the host program makes itself is
+    kept: the translator's decoder step slices `positions[step : step + 1]` with `end` computed as
+    `step + 1`, and exporting it with other examples made the slice's rows dynamic, which cost the
+    static shape and gave the compiled host wrong tokens (README, "Known traps"). The spread examples
+    (`_spread_hints`) keep those offsets and break every other tie.
+
+    The spread export assumes the size is not 1 (the segmenter's guard `end - start != 1`, which
+    torch-mlir does not import, so it is not checked): the broadcast that guard comes from
+    (`segment - segment.mean(0, keepdim=True)`) gives the same result for one row. Checking the
+    guards against the hints would therefore refuse the export that is right."""
     graph_module, examples, dynamic = _segment_graph(segment, constants)
     exported = _export(graph_module, examples, dynamic).run_decompositions(decompositions)
     if not _coincidences(segment, exported, offsets):
