@@ -34,6 +34,7 @@ from torch.export import Dim
 
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
+from .int_offsets import IntOffsets
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
 from .specialize.schemas import overload_of, torch_dtype
 
@@ -67,18 +68,17 @@ def lower(
     # MLIRError when the shapes differed, the wrong weights when they did not. So every
     # ExportedProgram lives until the end.
     exported_programs: list[Any] = []
+    offsets = IntOffsets(program)
     for segment in program.segments:
         if only is not None and segment.name not in only:
             continue
         if progress is not None:
             progress(segment.name)
-        graph_module, examples, dynamic = _segment_graph(segment, constants)
         exported = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exported = _export(graph_module, examples, dynamic)
-                exported = exported.run_decompositions(decompositions)
+                exported = _export_segment(segment, constants, offsets, decompositions)
                 _refuse_specialized_dims(segment, exported)
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
@@ -88,6 +88,108 @@ def lower(
             raise _explain(segment, error, exported) from error
     module = importer.module
     return LoweredModule(module, context, _signatures(module))
+
+
+def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any) -> Any:
+    """The segment exported at its hints, or, where that export ties or fixes what the Program keeps
+    apart, exported again at spread examples.
+
+    torch.export specializes a size derived from the examples that is 1 as it does an input of that
+    size: `x[start:end]` with the examples 0 and 1 (a loop-carried start, the loop's index) made
+    `end` the symbol `start + 1`, and the slice kept one row whatever the bounds; `mems[1:]` of a list
+    of two stacked tensors fixed the list's length at 2. A tie the host program makes itself is
+    kept: the translator's decoder step slices `positions[step : step + 1]` with `end` computed as
+    `step + 1`, and exporting it with other examples made the slice's rows dynamic, which cost the
+    static shape and gave the compiled host wrong tokens (README, "Known traps"). The spread examples
+    (`_spread_hints`) keep those offsets and break every other tie.
+
+    The spread export assumes the size is not 1 (the segmenter's guard `end - start != 1`, which
+    torch-mlir does not import, so it is not checked): the broadcast that guard comes from
+    (`segment - segment.mean(0, keepdim=True)`) gives the same result for one row. Checking the
+    guards against the hints would therefore refuse the export that is right."""
+    graph_module, examples, dynamic = _segment_graph(segment, constants)
+    exported = _export(graph_module, examples, dynamic).run_decompositions(decompositions)
+    if not _coincidences(segment, exported, offsets):
+        return exported
+    graph_module, examples, dynamic = _segment_graph(segment, constants, _spread_hints(segment, offsets))
+    try:
+        spread = _export_once(graph_module, examples, dynamic).run_decompositions(decompositions)
+    except Exception:
+        # The ops refuse the spread examples (an index into a dim of size 1): the export at the hints
+        # stands, and `_refuse_specialized_dims` still says when it fixed a dynamic dim.
+        return exported
+    return exported if _coincidences(segment, spread, offsets) else spread
+
+
+def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[str]:
+    """The segment inputs that `exported` fixes or ties although the Program keeps them apart: dynamic
+    dims that became numbers, and ints that became a number or an expression of another input that
+    the host program does not compute them by (`IntOffsets`)."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    user_inputs = set(exported.graph_signature.user_inputs)
+    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
+    values = [node.meta.get("val") for node in placeholders]
+    int_symbols = {
+        value.node.expr: position
+        for position, value in enumerate(values)
+        if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol)
+    }
+    found = []
+    for position, (param, value) in enumerate(zip(segment.params, values)):
+        type_ = param.type
+        if isinstance(type_, TensorType) and isinstance(value, torch.Tensor):
+            if any(size is None and is_concrete_int(value.shape[d]) for d, size in enumerate(type_.shape)):
+                found.append(format_value(param))
+        elif isinstance(type_, ScalarType) and type_.kind != "float":
+            if not isinstance(value, torch.SymInt) or is_concrete_int(value):
+                found.append(format_value(param))
+            elif not isinstance(value.node.expr, sympy.Symbol):
+                if not _tied_by_the_host(segment, position, value.node.expr, int_symbols, offsets):
+                    found.append(format_value(param))
+    return found
+
+
+def _tied_by_the_host(segment: Segment, position: int, expression: Any, int_symbols: dict, offsets: IntOffsets) -> bool:
+    """Whether `expression` (torch.export's value of int input `position`) is another int input plus
+    the constant that the host adds to it at every call of the segment."""
+    if len(expression.free_symbols) != 1:
+        return False
+    (symbol,) = expression.free_symbols
+    other = int_symbols.get(symbol)
+    difference = expression - symbol
+    if other is None or not difference.is_Integer:
+        return False
+    return offsets.between(segment.name, position, other) == int(difference)
+
+
+def _spread_hints(segment: Segment, offsets: IntOffsets) -> list:
+    """Each parameter's example spread from its hint h to 2h + 1 (a tensor's dynamic dims, an int),
+    except an int the host computes from an earlier one, which keeps that offset.
+
+    Spread the same way, the examples keep their order (a slice's bounds stay within its tensor),
+    their differences are even (never the 1 that torch.export specializes), and specialize's meta
+    runs have checked that the ops accept them (`_PERTURBATIONS`)."""
+    hints: list = []
+    anchors: dict[int, int] = {}
+    for position, param in enumerate(segment.params):
+        type_ = param.type
+        if isinstance(type_, TensorType):
+            hints.append(tuple(2 * h + 1 if size is None else h for h, size in zip(type_.hint, type_.shape)))
+        elif isinstance(type_, ScalarType) and type_.kind != "float":
+            offset = next(
+                ((anchors[o], d) for o in anchors if (d := offsets.between(segment.name, position, o)) is not None),
+                None,
+            )
+            if offset is None:
+                anchors[position] = 2 * _int_example(type_) + 1
+                hints.append(anchors[position])
+            else:
+                hints.append(offset[0] + offset[1])
+        else:
+            hints.append(None)
+    return hints
 
 
 def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
@@ -146,8 +248,10 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) ->
 
 
 def _segment_graph(
-    segment: Segment, constants: dict[Any, tuple[str, torch.Tensor]]
+    segment: Segment, constants: dict[Any, tuple[str, torch.Tensor]], hints: list | None = None
 ) -> tuple[fx.GraphModule, list, list]:
+    """The segment as an fx graph, with its example inputs (at the Program's hints, or at `hints` where
+    one is given per parameter) and their dynamic shapes."""
     graph = fx.Graph()
     root = torch.nn.Module()
     env: dict[Value, Any] = {}
@@ -156,7 +260,10 @@ def _segment_graph(
     for index, param in enumerate(segment.params):
         placeholder = graph.placeholder(f"p{index}")
         type_ = param.type
+        hint = hints[index] if hints is not None else None
         if isinstance(type_, TensorType):
+            if hint is not None:
+                type_ = dataclasses.replace(type_, hint=hint)
             examples.append(_example_tensor(_long_enough(type_, param, segment)))
             dims = {d: Dim.AUTO for d, size in enumerate(type_.shape) if size is None}
             dynamic.append(dims or None)
@@ -166,11 +273,9 @@ def _segment_graph(
             dynamic.append(None)
             env[param] = graph.call_function(torch.ops.aten.item.default, (placeholder,))
         else:
-            # Ints of 0 and 1 stay dynamic under Dim.DYNAMIC (unlike tensor dims of size 0 and 1).
-            # A negative example makes torch.export fail on an index (`h[0, k]` with k = -1: "Invalid
-            # ranges [0:-1]"); the graph must hold for every value anyway, so it traces with 1.
-            hint = int(type_.hint) if type_.hint is not None else 2
-            examples.append(hint if hint >= 0 else 1)
+            # Ints of 0 and 1 stay dynamic under Dim.DYNAMIC (unlike tensor dims of size 0 and 1),
+            # but sizes derived from them do not (`_export_segment`).
+            examples.append(hint if hint is not None else _int_example(type_))
             dynamic.append(Dim.DYNAMIC)
             env[param] = placeholder
 
@@ -306,6 +411,15 @@ def _long_enough(type_: TensorType, param: Value, segment: Segment) -> TensorTyp
                 if type_.shape[dim] is None:
                     hint[dim] = max(hint[dim], start + length + 1)
     return dataclasses.replace(type_, hint=tuple(hint))
+
+
+def _int_example(type_: ScalarType) -> int:
+    """An int (or bool) parameter's example: its hint, or 1 for a negative one.
+
+    A negative example makes torch.export fail on an index (`h[0, k]` with k = -1: "Invalid ranges
+    [0:-1]"); the graph must hold for every value anyway, so it traces with 1."""
+    hint = int(type_.hint) if type_.hint is not None else 2
+    return hint if hint >= 0 else 1
 
 
 def _example_tensor(type_: TensorType) -> torch.Tensor:

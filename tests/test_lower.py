@@ -330,3 +330,37 @@ def test_convolutions_inside_the_compiled_hosts_branches_keep_their_hwcf_filters
     # host), where the same convolutions sit inside the branch.
     assert len(convolutions) >= 2, dispatches
     assert all(name.endswith("conv_32x32x16x3x3x16_f32") for name in convolutions), convolutions
+
+
+class _Cut(nn.Module):
+    """Rows `start` to `end` of `x`: two ints the host does not compute from one another."""
+
+    def forward(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        return x[start:end] * 2.0
+
+
+class _OneRow(nn.Module):
+    """Row `start` of `x` as a slice: `end` is computed on the host as `start + 1`."""
+
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        return x[start : start + 1] * 2.0
+
+
+def _slice_result_types(model: nn.Module, example: tuple) -> list[str]:
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    program = partition(specialize(capture(model), example, ({0: "rows"}, None, None)[: len(example)]))
+    lowered = lower(program)
+    return [result for _, results in lowered.signatures.values() for result in results]
+
+
+def test_ints_whose_examples_are_0_and_1_stay_apart_unless_the_host_ties_them():
+    """torch.export ties `end` to `start + 1` when the examples make the slice one row long, and the
+    imported function then keeps one row whatever the bounds (README, "Known traps"). Such a segment
+    is exported again at spread examples; a tie the host program makes (`end = start + 1`) stays,
+    and with it the slice's static size."""
+    assert _slice_result_types(_Cut(), (torch.randn(7, 4), 0, 1)) == ["!torch.vtensor<[?,4],f32>"]
+    assert _slice_result_types(_OneRow(), (torch.randn(7, 4), 0)) == ["!torch.vtensor<[1,4],f32>"]

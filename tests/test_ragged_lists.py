@@ -24,13 +24,6 @@ from torch.export import Dim
 
 import dycl_iree
 
-# Open (README, "Known traps"): the two tests below need segments exported with other examples.
-_TIED_INTS = (
-    "torch.export ties two int inputs whose examples are 0 and 1 (x[start:end]: end became start + 1, the"
-    " slice keeps one row; mems[1:] fixes the list's length at 2); re-exporting every segment with spread"
-    " examples fixed these but gave the zoo translator's compiled host wrong tokens, so it is off"
-)
-
 
 class SequenceSegmenter(nn.Module):
     """Cuts a sequence where its energy crosses a threshold, normalizes each segment, and returns
@@ -140,7 +133,6 @@ def _check(scripted, hosts, inputs):
     return want
 
 
-@pytest.mark.xfail(reason=_TIED_INTS, strict=True)
 def test_a_sequence_cut_at_data_dependent_boundaries(tmp_path):
     torch.manual_seed(0)
     example = (torch.randn(7, 4), 0.8)
@@ -191,7 +183,6 @@ def test_joining_a_list_that_stayed_empty_raises_as_in_pytorch(router):
             host(x.numpy())
 
 
-@pytest.mark.xfail(reason=_TIED_INTS, strict=True)
 @pytest.mark.parametrize("half", [False, True], ids=["summaries", "half_segments"])
 def test_an_emformer_style_memory_of_the_last_segments(tmp_path, half):
     torch.manual_seed(4)
