@@ -437,12 +437,7 @@ def _xfail(reason: str) -> Any:
 _WIDE = [torch.full((2, 4), v) for v in (-3.0, -0.4, 0.1, 0.4, 1.3, 3.0)] + [torch.linspace(-2, 2, 8).view(2, 4)]
 REAL_CODE_CASES = [
     pytest.param(_ReturnInLoop, False, id="return_in_loop"),
-    pytest.param(
-        _ReturnGrowingFromLoop,
-        True,
-        marks=_xfail("F9: OUT_OF_RANGE at run time (was F2: SpecializeError before 9fdb2cd)"),
-        id="return_growing_from_loop",
-    ),
+    pytest.param(_ReturnGrowingFromLoop, True, id="return_growing_from_loop"),
     pytest.param(_ReturnFromInnerLoop, True, id="return_from_inner_loop"),
     pytest.param(_Not, False, id="not"),
     pytest.param(_NotAnyItem, False, id="not_any_item"),
@@ -792,7 +787,8 @@ class _FourEqualZerosSetInALoop(nn.Module):
     returned: with n = 0 the compiled host fails with "INVALID_ARGUMENT; ref is null; while invoking
     native function hal.buffer_view.create" (the Python host returns the four zeros). The equal zeros
     become one buffer that the loop passes on four times, the VM aliasing README's traps describe
-    (`apart` separates the values a loop carries, not those it returns without running)."""
+    (`apart` separates the values a loop carries, not those it returns without running). Right since
+    a loop copies each carried tensor after the first of its type on entry (`control_flow.distinct`)."""
 
     def forward(self, x: torch.Tensor, n: int):
         u = torch.zeros_like(x)
@@ -808,7 +804,6 @@ class _FourEqualZerosSetInALoop(nn.Module):
         return u, z, b, d
 
 
-@pytest.mark.xfail(reason="ref is null when the loop does not run (open)", strict=True)
 def test_equal_zeros_returned_past_a_loop_that_does_not_run(tmp_path) -> None:
     model = _FourEqualZerosSetInALoop()
     bundle = dycl_iree.export(model, (torch.ones(2, 3), 2))

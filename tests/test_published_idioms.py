@@ -569,3 +569,122 @@ def test_an_int_read_from_data_with_example_one_stays_a_run_time_size(tmp_path):
     _, scripted, compiled, python = _export(tmp_path, CountUpTo(), (torch.tensor([1.0, -1.0, -1.0]),), "count")
     for x in (torch.tensor([1.0, -1.0, -1.0]), torch.tensor([1.0, 2.0, 3.0]), -torch.ones(3)):
         _check(scripted, (compiled, python), (x,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode loops with location-sensitive attention (Tacotron2's `_Decoder.infer`): the attention
+# weights and their running sum start as two equal `torch.zeros`, are `[B, T]` with `T` read from
+# the lengths at run time, and cross every step of a loop that stops on a gate
+# ---------------------------------------------------------------------------------------------
+
+
+class StopWhenAllFinished(nn.Module):
+    """The smallest form of the decode loop: two state tensors that start as equal zeros (one
+    value once TorchScript has frozen the model), a `finished` mask, a `break`."""
+
+    def forward(self, energies):
+        weights = torch.zeros(energies.size(0), energies.size(1))
+        weights_cum = torch.zeros(energies.size(0), energies.size(1))
+        finished = torch.zeros(energies.size(0), dtype=torch.bool)
+        for _ in range(8):
+            weights = F.softmax(energies + weights_cum - weights, dim=1)
+            weights_cum += weights
+            finished |= weights_cum.max(1)[0] > 2.0
+            if torch.all(finished):
+                break
+        return weights_cum, finished
+
+
+def test_two_states_that_start_as_equal_zeros_cross_a_loop_with_a_break(tmp_path):
+    """IREE passed the one zero tensor into the loop twice and the call failed with OUT_OF_RANGE
+    ("indirect buffer reference slot 0 ...") on every input, the Python host being right."""
+    example = (torch.randn(2, 5),)
+    _, scripted, compiled, python = _export(
+        tmp_path, StopWhenAllFinished(), example, "equal_zeros", {"energies": {1: "T"}}
+    )
+    generator = torch.Generator().manual_seed(0)
+    for steps, scale in ((5, 1.0), (3, 4.0), (7, 0.1), (1, 1.0)):  # stops at the first step .. runs to the cap
+        _check(scripted, (compiled, python), (torch.randn(2, steps, generator=generator) * scale,))
+
+
+class LocationSensitiveDecoder(nn.Module):
+    """Tacotron2's `_Decoder.infer` cut down, written as torchaudio writes it: `_get_initial_states`,
+    location features from the weights and their running sum, the padding mask, frames and
+    alignments collected in lists, `mel_specgram_lengths[~finished] += 1`, a stop on the gates or at
+    `decoder_max_step`."""
+
+    def __init__(self, dim=4, n_filter=2, kernel_size=3, decoder_max_step=8, gate_threshold=0.5):
+        super(LocationSensitiveDecoder, self).__init__()
+        self.location_conv = nn.Conv1d(2, n_filter, kernel_size, padding=(kernel_size - 1) // 2, bias=False)
+        self.location_dense = nn.Linear(n_filter, dim, bias=False)
+        self.query_layer = nn.Linear(dim, dim, bias=False)
+        self.memory_layer = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, 1, bias=False)
+        self.decoder_rnn = nn.LSTMCell(2 * dim, dim)
+        self.linear_projection = nn.Linear(2 * dim, dim)
+        self.gate_layer = nn.Linear(2 * dim, 1)
+        self.score_mask_value = -float("inf")
+        self.dim = dim
+        self.decoder_max_step = decoder_max_step
+        self.gate_threshold = gate_threshold
+
+    def _get_initial_states(self, memory: torch.Tensor):
+        n_batch, max_time = memory.size(0), memory.size(1)
+        hidden = torch.zeros(n_batch, self.dim, dtype=memory.dtype, device=memory.device)
+        cell = torch.zeros(n_batch, self.dim, dtype=memory.dtype, device=memory.device)
+        attention_weights = torch.zeros(n_batch, max_time, dtype=memory.dtype, device=memory.device)
+        attention_weights_cum = torch.zeros(n_batch, max_time, dtype=memory.dtype, device=memory.device)
+        attention_context = torch.zeros(n_batch, self.dim, dtype=memory.dtype, device=memory.device)
+        return hidden, cell, attention_weights, attention_weights_cum, attention_context
+
+    def forward(self, memory, memory_lengths):
+        memory = memory[:, : int(torch.max(memory_lengths).item())]
+        mask = _get_mask_from_lengths(memory_lengths)
+        processed_memory = self.memory_layer(memory)
+        hidden, cell, attention_weights, attention_weights_cum, attention_context = self._get_initial_states(memory)
+        n_batch = memory.size(0)
+        decoder_input = torch.zeros(n_batch, self.dim, dtype=memory.dtype, device=memory.device)
+        mel_specgram_lengths = torch.zeros([n_batch], dtype=torch.int32, device=memory.device)
+        finished = torch.zeros([n_batch], dtype=torch.bool, device=memory.device)
+        mel_specgrams: List[torch.Tensor] = []
+        alignments: List[torch.Tensor] = []
+        for _ in range(self.decoder_max_step):
+            attention_weights_cat = torch.cat(
+                (attention_weights.unsqueeze(1), attention_weights_cum.unsqueeze(1)), dim=1
+            )
+            processed_attention = self.location_dense(self.location_conv(attention_weights_cat).transpose(1, 2))
+            processed_query = self.query_layer(hidden.unsqueeze(1))
+            energies = self.v(torch.tanh(processed_query + processed_attention + processed_memory)).squeeze(2)
+            alignment = energies.masked_fill(mask, self.score_mask_value)
+            attention_weights = F.softmax(alignment, dim=1)
+            attention_weights_cum += attention_weights
+            attention_context = torch.bmm(attention_weights.unsqueeze(1), memory).squeeze(1)
+            hidden, cell = self.decoder_rnn(torch.cat((decoder_input, attention_context), -1), (hidden, cell))
+            decoder_hidden_attention_context = torch.cat((hidden, attention_context), dim=1)
+            mel_specgram = self.linear_projection(decoder_hidden_attention_context)
+            gate_output = self.gate_layer(decoder_hidden_attention_context)
+            mel_specgrams.append(mel_specgram.unsqueeze(0))
+            alignments.append(attention_weights)
+            mel_specgram_lengths[~finished] += 1
+            finished |= torch.sigmoid(gate_output.squeeze(1)) > self.gate_threshold
+            if torch.all(finished):
+                break
+            decoder_input = mel_specgram
+        mel_specgram = torch.cat(mel_specgrams, dim=0).permute(1, 2, 0)
+        return mel_specgram, mel_specgram_lengths, torch.stack(alignments).transpose(0, 1)
+
+
+def test_a_location_sensitive_decode_loop_stops_where_pytorch_stops(tmp_path):
+    """iree-compile rejected its compiled host ("failed to legalize unresolved target
+    materialization from ('index') to ('!stream.resource<*>', 'index')"): the README's trap."""
+    torch.manual_seed(7)  # initial weights whose gates stop the inputs below at steps 1, 2, 3 and the cap
+    model = LocationSensitiveDecoder(gate_threshold=0.4)
+    example = (torch.randn(2, 6, 4), torch.tensor([6, 4]))
+    _, scripted, compiled, python = _export(tmp_path, model, example, "location_attention")
+    generator = torch.Generator().manual_seed(0)
+    stops = set()
+    for lengths in ([6, 4], [5, 5], [3, 1], [6, 6], [2, 2], [4, 3], [1, 1]):
+        memory = torch.randn(2, 6, 4, generator=generator) * 2
+        _, steps, _ = _check(scripted, (compiled, python), (memory, torch.tensor(lengths)))
+        stops.update(steps.tolist())
+    assert len(stops) >= 4 and 8 in stops, stops  # sequences stop at different steps, and at the cap

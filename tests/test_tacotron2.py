@@ -108,12 +108,6 @@ def test_the_published_encoder_packs_and_runs_on_the_compiled_host(tacotron2, tm
             _compare([host(x.numpy(), np.array(lengths))], [want])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`mel_specgram_lengths[~finished] += 1` exports (a write through a boolean mask), but iree-compile "
-    'rejects the compiled host of the decode loop ("failed to legalize unresolved target materialization from '
-    "('index') to ('!stream.resource<*>', 'index')\"), so the bundle takes the Python host (README, Known traps)",
-)
 def test_infer_exports_with_the_compiled_host_and_stops_where_pytorch_stops(tacotron2, tmp_path):
     bundle = dycl_iree.export(Infer(tacotron2), (torch.randint(0, 10, (2, TOKENS)), torch.tensor([TOKENS, 4])))
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]

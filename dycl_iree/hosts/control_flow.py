@@ -78,9 +78,11 @@ class ControlFlowEmitter:
         # batch, fuzzer seed 73004), the trap `barrier_all` describes.
         enclosing = self.enclosing_loops
         grows = for_like and enclosing == 0
+        # In a loop with an exit, the tensors with a dynamic dim on entry (`_dynamic`).
+        held = [not grows and enclosing == 0 and _dynamic(arg) for arg in node.initial]
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
-        initial = self.widened(initial, types)
+        initial = self.distinct(self.widened(initial, types), types, entry=True)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
@@ -99,9 +101,10 @@ class ControlFlowEmitter:
         saved = dict(self.names), dict(self.types)
         read = _values_read(node.body)
         unread = [False] + [param not in read for param in node.body.params[1:]]
+        # ... and the values the body makes larger (`_grows`), in nested loops too.
         grown = [False] + [
-            (grows and "?" in builtin) or isinstance(param.type, ListType) or (for_like and _grows(param, result))
-            for param, result, builtin in zip(node.body.params[1:], node.body.results[1:], builtins[1:])
+            grows or hold or isinstance(param.type, ListType) or (for_like and _grows(param, result))
+            for param, result, hold in zip(node.body.params[1:], node.body.results[1:], held)
         ]
         kept = self.barrier_all(arguments, builtins, unread=unread, grown=grown)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
@@ -114,9 +117,11 @@ class ControlFlowEmitter:
             self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
         ]
         go_bit = self.to_builtin(go, "!torch.bool")
-        next_values = self.apart(self.widened(next_values, types), carried[1:])
+        next_values = self.apart(self.distinct(self.widened(next_values, types), types), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
-        next_builtins = [self.builtin_barrier(n, b) for n, b in zip(next_builtins, builtins)]
+        next_builtins = [
+            self.builtin_barrier(n, b, sizes_too=h) for n, b, h in zip(next_builtins, builtins, [False, *held])
+        ]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
         self.depth -= 1
@@ -133,6 +138,43 @@ class ControlFlowEmitter:
         for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
             name = self.narrowed(self.from_builtin(f"{result}#{position + 1}", carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
+
+    def distinct(self, names: list[str], types: list[str], entry: bool = False) -> list[str]:
+        """`names`, each tensor that may be another's value made a buffer of its own.
+
+        IREE 3.13 passes two equal tensors into an `scf.while` as one buffer in two loop arguments,
+        and the barriers of `apart` do not part them (a barrier keeps the buffer): the VM then moves
+        the ref out of one argument into the other, and a dispatch or copy reads a null buffer at
+        run time ("OUT_OF_RANGE; indirect buffer reference slot 0 is out range of the declared
+        binding capacity of the command buffer 0"), on every input. Tacotron2's attention weights
+        and their running sum start as two `torch.zeros(n, t)`: TorchScript's freezing makes them
+        one value, and where it does not, IREE's CSE does. So on entry (`entry`) every carried
+        tensor after the first of its type is copied (equal computations cannot be told apart
+        here), and where the body passes one value on twice, the second. The copy adds a zero the
+        compiler cannot see (`opaque_int`), one elementwise pass over the tensor; a bool tensor is
+        compared with it instead (`x != 0` is `x`).
+        """
+        seen: set[str] = set()
+        parted = []
+        for name, type_text in zip(names, types):
+            if type_text.startswith("!torch.vtensor") and (type_text if entry else name) in seen:
+                name = self.copied(name, type_text)
+            seen.add(type_text if entry else name)
+            parted.append(name)
+        return parted
+
+    def copied(self, name: str, type_text: str) -> str:
+        """A copy of tensor `name` in a buffer of its own (see `distinct`)."""
+        zero, copy = self.opaque_int(0), self.fresh()
+        if type_text.endswith(",i1>"):
+            self.emit(f"{copy} = torch.aten.ne.Scalar {name}, {zero} : {type_text}, !torch.int -> {type_text}")
+        else:
+            one = self.constant(1, None)[0]
+            self.emit(
+                f"{copy} = torch.aten.add.Scalar {name}, {zero}, {one} : {type_text}, !torch.int, !torch.int -> "
+                f"{type_text}"
+            )
+        return copy
 
     def with_spare_row(self, name: str, type_text: str) -> str:
         """`name` with one row of zeros in front (see `_starts_without_rows`)."""
@@ -234,7 +276,7 @@ class ControlFlowEmitter:
                 unread is not None
                 and builtin.startswith("tensor<")
                 and not unread[position]
-                and not (grown is not None and grown[position])
+                and not (grown is not None and grown[position] and "?" in builtin)
             ):
                 # At the top of the body, only a tensor the body never reads goes through a
                 # barrier (it would lose its argument). One the body reads keeps its argument,
@@ -369,6 +411,25 @@ class ControlFlowEmitter:
 def _carriers(types: list[str]) -> list[str]:
     """The types in which `types` cross a branch or loop edge: a bool as an int (`widened`)."""
     return ["!torch.int" if type_text == "!torch.bool" else type_text for type_text in types]
+
+
+def _dynamic(arg: Arg) -> bool:
+    """Whether a loop's initial value is a tensor with a dynamic dim on entry (see `loop`'s `held`).
+
+    In a loop with an exit, such a tensor goes through a barrier with its sizes at the top of the
+    body and where the body passes it on (`scf.condition`), as every grown tensor of a for-like
+    loop does at the top. Tacotron2's decode loop needs both for its attention weights and their
+    running sum (`[B, T]`, `T` read at run time, unchanged by the loop): without the barriers on
+    the sizes it passes on, MLIR's canonicalizer replaces the loop's copy of `T` by the value from
+    before the loop in some places and not in others, and iree-compile fails ("failed to legalize
+    unresolved target materialization from ('index') to ('!stream.resource<*>', 'index')" on the
+    `scf.yield`, IREE 3.13's `ScfWhileOpConversion`); with those alone it compiles, but the call
+    fails at run time with OUT_OF_RANGE on a buffer sized before the loop, as the grown tensors of
+    a for-like loop did without the barrier at the top. A tensor that enters with static sizes
+    and grows (a list of tensors that starts empty) gets neither: in a loop with an exit that
+    broke `test_a_list_grown_after_a_return_from_nested_loops` (OUT_OF_RANGE, "buffer byte_length=0").
+    """
+    return isinstance(arg, Value) and isinstance(arg.type, TensorType) and None in arg.type.shape
 
 
 def _starts_without_rows(node: Loop) -> set[int]:
