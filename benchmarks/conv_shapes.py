@@ -1,16 +1,21 @@
 """GFLOP/s of one convolution per shape of ResNet-18/50 and MobileNetV2, as dycl_iree compiles it for
-AVX-512 and for AVX2 CPUs, next to PyTorch and to this machine's single-thread SGEMM.
+AVX-512 and for AVX2 CPUs, next to PyTorch, ONNX Runtime and this machine's single-thread SGEMM.
 
     python benchmarks/conv_shapes.py [--rounds 5] [--shapes stem,layer3_3x3]
 
 Each shape is one `Conv2d` (+ ReLU) exported by `dycl_iree.export`, batch 1, with input and output
 in NHWC order (the model permutes them), as the convolution sits between channels-last neighbours
 in a network, where the exporter's transposes cancel. Columns, all one thread, timed alternating
-in one process (median over rounds):
+in one process (median over rounds of the process's CPU time per call: the machine is shared, and
+wall time counts the other jobs too):
 
 - `torch`: PyTorch eager (oneDNN);
-- `AVX-512 direct`: the flags `llvm-cpu` gets on an AVX-512 host (direct channels-last convolution),
-  code for this machine's CPU;
+- `onnxruntime`: the same Conv2d + ReLU in NCHW through the TorchScript ONNX exporter, ONNX
+  Runtime's CPU provider (it picks its own layout);
+- `AVX-512 as exported`: the flags `llvm-cpu` gets on an AVX-512 host (direct channels-last
+  convolution; a 1x1 convolution's matmul data-tiled where `dycl_iree.data_tiling` picks it), code
+  for this machine's CPU;
+- `AVX-512, no data tiling`: the same without data tiling, the form before it;
 - `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
 - `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
   (`decompositions._im2col_wins`: im2col + matmul for many channels), what an AVX2 host gets;
@@ -40,7 +45,7 @@ from torch import nn  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import compile as compile_flags  # noqa: E402
-from dycl_iree import cpu_features  # noqa: E402
+from dycl_iree import cpu_features, data_tiling  # noqa: E402
 
 # name: (in channels, out channels, input size, kernel, stride, padding, groups)
 SHAPES = {
@@ -51,6 +56,9 @@ SHAPES = {
     "layer4_3x3_512": (512, 512, 7, 3, 1, 1, 1),
     "layer3_3x3s2_128_256": (128, 256, 28, 3, 2, 1, 1),
     "downsample_1x1s2_256_512": (256, 512, 14, 1, 2, 0, 1),
+    "downsample_1x1s2_512_1024": (512, 1024, 28, 1, 2, 0, 1),
+    "downsample_1x1s2_1024_2048": (1024, 2048, 14, 1, 2, 0, 1),
+    "bottleneck_1x1_256_1024": (256, 1024, 14, 1, 1, 0, 1),
     "bottleneck_1x1_256_64": (256, 64, 56, 1, 1, 0, 1),
     "bottleneck_1x1_1024_256": (1024, 256, 14, 1, 1, 0, 1),
     "bottleneck_1x1_512_2048": (512, 2048, 7, 1, 1, 0, 1),
@@ -72,31 +80,62 @@ class ChannelsLastConvolution(nn.Module):
         return torch.relu(self.convolution(x.permute(0, 3, 1, 2))).permute(0, 2, 3, 1)
 
 
-def _variants() -> dict[str, tuple[list[str], bool]]:
-    """The `llvm-cpu` flags of each compiled column, and whether the exporter sees AVX-512."""
+def _variants() -> dict[str, tuple[list[str], bool, bool]]:
+    """The `llvm-cpu` flags of each compiled column, whether the exporter sees AVX-512, and whether
+    the matmuls `data_tiling` picks are data-tiled (as on an AVX-512 host)."""
     base = [flag for flag in compile_flags.TARGETS["llvm-cpu"] if not flag.startswith("--iree-llvmcpu-target-cpu=")]
     avx2 = base + [f"--iree-llvmcpu-target-cpu={AVX2_CPU}"]
     return {
-        "AVX-512 direct": (base + ["--iree-llvmcpu-target-cpu=host"], True),
-        "AVX2 direct": (avx2, True),
-        "AVX2 as exported": (avx2, False),
+        "AVX-512 as exported": (base + ["--iree-llvmcpu-target-cpu=host"], True, True),
+        "AVX-512, no data tiling": (base + ["--iree-llvmcpu-target-cpu=host"], True, False),
+        "AVX2 direct": (avx2, True, False),
+        "AVX2 as exported": (avx2, False, False),
     }
 
 
-def _export(model: nn.Module, example: torch.Tensor, variant: tuple[list[str], bool], folder: Path, name: str):
+def _export(model: nn.Module, example: torch.Tensor, variant: tuple[list[str], bool, bool], folder: Path, name: str):
     """A compiled-host runner of `model` built with exactly these flags, by an exporter that sees (or
-    not) AVX-512 (the target table and the probe are patched for the call; the whole-export cache is
-    off, since its key does not see the probe)."""
-    flags, avx512 = variant
-    saved, saved_probe = compile_flags.TARGETS["llvm-cpu"], cpu_features.has_avx512
+    not) AVX-512 and data-tiles (or not) (the target table, the probe and the data-tiling flags are
+    patched for the call; the whole-export cache is off, since its key does not see the probe)."""
+    flags, avx512, tiled = variant
+    saved, saved_probe, saved_tiling = (
+        compile_flags.TARGETS["llvm-cpu"],
+        cpu_features.has_avx512,
+        data_tiling.compile_flags,
+    )
     compile_flags.TARGETS["llvm-cpu"] = flags
     cpu_features.has_avx512 = lambda: avx512
+    if not tiled:
+        data_tiling.compile_flags = lambda: []
     try:
         bundle = dycl_iree.export(model, (example,))
     finally:
         compile_flags.TARGETS["llvm-cpu"] = saved
         cpu_features.has_avx512 = saved_probe
+        data_tiling.compile_flags = saved_tiling
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
+
+
+def _onnxruntime(convolution: nn.Conv2d, example: torch.Tensor):
+    """A call of the convolution + ReLU in NCHW on ONNX Runtime, one thread; checked against PyTorch."""
+    import io
+    import warnings
+
+    import onnxruntime
+
+    plain = nn.Sequential(convolution, nn.ReLU()).eval()
+    nchw = example.permute(0, 3, 1, 2).contiguous()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
+        torch.onnx.export(plain, (nchw,), buffer, dynamo=False)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: nchw.numpy()}
+    with torch.no_grad():
+        np.testing.assert_allclose(session.run(None, feed)[0], plain(nchw).numpy(), rtol=1e-4, atol=1e-4)
+    return lambda: session.run(None, feed)
 
 
 def sgemm_peak() -> float:
@@ -104,10 +143,10 @@ def sgemm_peak() -> float:
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     best = 0.0
     for _ in range(5):
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(4):
             torch.mm(a, b)
-        best = max(best, 4 * 2 * 1024**3 / (time.perf_counter() - start) / 1e9)
+        best = max(best, 4 * 2 * 1024**3 / (time.process_time() - start) / 1e9)
     return best
 
 
@@ -116,8 +155,8 @@ def main(names: list[str], rounds: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="dycl-conv-shapes-"))
     variants = _variants()
     print(f"single-thread SGEMM peak (torch.mm 1024^3): {sgemm_peak():.0f} GFLOP/s")
-    print("| shape | torch | " + " | ".join(variants) + " | SGEMM of its im2col |")
-    print("|---|" + "---|" * (len(variants) + 2))
+    print("| shape | torch | onnxruntime | " + " | ".join(variants) + " | SGEMM of its im2col |")
+    print("|---|" + "---|" * (len(variants) + 3))
     for name in names:
         channels, features, size, kernel, stride, padding, groups = SHAPES[name]
         torch.manual_seed(0)
@@ -129,7 +168,7 @@ def main(names: list[str], rounds: int) -> None:
         flops = 2 * features * out_size * out_size * (channels // groups) * kernel * kernel
         patches = torch.randn(out_size * out_size, kernel * kernel * channels // groups)
         weights = torch.randn(kernel * kernel * channels // groups, features)
-        calls = {"torch": lambda: model(example)}
+        calls = {"torch": lambda: model(example), "onnxruntime": _onnxruntime(model.convolution, example)}
         for variant, flags in variants.items():
             run = _export(model, example, flags, folder, f"{name}-{len(calls)}")
             np.testing.assert_allclose(run(example), expected, rtol=1e-4, atol=1e-4, err_msg=variant)
@@ -139,16 +178,16 @@ def main(names: list[str], rounds: int) -> None:
         with torch.no_grad():
             for key, function in calls.items():
                 function()
-                start = time.perf_counter()
+                start = time.process_time()
                 function()
-                repeats[key] = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))
+                repeats[key] = max(2, int(0.1 / max(time.process_time() - start, 1e-6)))
             times: dict[str, list[float]] = {key: [] for key in calls}
             for _ in range(rounds):
                 for key, function in calls.items():
-                    start = time.perf_counter()
+                    start = time.process_time()
                     for _ in range(repeats[key]):
                         function()
-                    times[key].append((time.perf_counter() - start) / repeats[key])
+                    times[key].append((time.process_time() - start) / repeats[key])
         rates = {key: flops / statistics.median(values) / 1e9 for key, values in times.items()}
         print(f"| {name} | " + " | ".join(f"{rate:.1f}" for rate in rates.values()) + " |", flush=True)
 

@@ -19,6 +19,7 @@ from dycl_iree.decompositions import (
     convolution_channels_last,
     decomposition_table,
     max_pool_as_reduction,
+    max_pool_as_taps,
     upsample_bilinear_as_matmul,
 )
 
@@ -108,6 +109,76 @@ def test_other_poolings_are_left_to_torch_mlir(options):
     assert max_pool_as_reduction(x, [2, 2], **options) is NotImplemented
     assert avg_pool_as_reduction(x, [2, 2], [], [0, 0], False, True, 3) is NotImplemented  # divisor_override
     assert max_pool_as_reduction(x.to(torch.int32), [2, 2], []) is NotImplemented
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, stride, padding, dilation",
+    [
+        ((1, 64, 112, 112), 3, 2, 1, 1),  # ResNet's stem pooling
+        ((2, 3, 9, 8), 3, 2, 1, 1),
+        ((1, 4, 10, 7), (3, 2), (1, 2), (1, 1), 1),
+        ((1, 2, 11, 11), 3, 2, 1, 2),  # dilated: a window's first position inside skips padding
+        ((1, 3, 8, 8), 2, 1, 0, 1),  # overlapping, no padding
+        ((1, 3, 7, 7), 5, 3, 2, 1),
+        ((1, 2, 8, 8), 3, [], 1, 1),  # the stride defaults to the kernel
+    ],
+)
+def test_overlapping_max_poolings_match_pytorch_with_their_indices(shape, kernel, stride, padding, dilation):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    x[0, 0, 1, 1] = float("nan")  # PyTorch propagates NaN (and takes its index)
+    x[0, -1, 2, :] = -float("inf")
+    x[-1, 1, 3:5, 3:5] = 0.5  # equal values: the first keeps its index
+    values, indices = max_pool_as_taps(
+        x, _pair(kernel), _pair(stride) if stride else [], _pair(padding), _pair(dilation)
+    )
+    want_values, want_indices = F.max_pool2d(x, kernel, stride or None, padding, dilation, return_indices=True)
+    torch.testing.assert_close(values, want_values, equal_nan=True)
+    assert torch.equal(indices, want_indices)
+    assert values.is_contiguous() and indices.is_contiguous()
+
+
+def test_a_pooling_window_all_minus_infinity_has_pytorchs_index():
+    x = torch.full((1, 1, 4, 4), -float("inf"))
+    values, indices = max_pool_as_taps(x, [3, 3], [2, 2], [1, 1])
+    want_values, want_indices = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    assert torch.equal(values, want_values) and torch.equal(indices, want_indices)
+
+
+def test_max_poolings_the_taps_leave_to_torch_mlir():
+    x = torch.randn(1, 2, 9, 9)
+    assert max_pool_as_taps(x, [3, 3], [2, 2], [1, 1], [1, 1], True) is NotImplemented  # ceil_mode
+    assert max_pool_as_taps(x.to(torch.int32), [3, 3], [2, 2], [1, 1]) is NotImplemented
+
+
+class _StemPool(nn.Module):
+    """ResNet's stem: a strided convolution, then a 3x3 max pooling of stride 2 and padding 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 7, 2, 3)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.pool(torch.relu(self.stem(x))))
+
+
+def test_resnets_stem_pooling_runs_as_taps_on_iree(tmp_path):
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    torch.manual_seed(0)
+    model = _StemPool().eval()
+    x = torch.randn(1, 3, 30, 30)
+    text = str(lower(partition(specialize(capture(model), (x,), None))).module)
+    assert "pool" not in text  # taps, not torch-mlir's pooling
+    run = dycl_iree.load(dycl_iree.export(model, (x,)).save(tmp_path / "stem.dycl"))
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(run(x.numpy()), want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_table_leaves_torch_mlirs_own_table_alone():
