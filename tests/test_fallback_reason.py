@@ -12,6 +12,9 @@ replaced by SITE, a long stack dump cut after its pass frame):
   (the same input crashes with SIGSEGV or, the heap already corrupt, SIGABRT "out of memory");
 * crash_tile_sizes_sigfpe.txt: the same with `break` instead of the inner `return`;
 * error_legalize.txt: error_legalize.mlir, an op no conversion takes, at a construct's location.
+* crash_refine_usage_sigsegv.txt: `main` of two loops with a `return` inside each, the second
+  with a random op, dynamic batch (`tests/test_fuzz_regressions.py: _RandomLoopAfterAReturnLoop`),
+  as the compiled host wrote it before its loops kept the sizes of their dynamic-batch tensors.
 """
 
 from __future__ import annotations
@@ -87,6 +90,31 @@ def test_a_crash_on_a_while_names_the_loop_of_main() -> None:
     reason = pipeline.compiled_host_failure(error, main_text)
     assert reason.startswith("crashed with SIGSEGV in pass ConvertToStreamPass")
     assert reason.endswith("(the scf.while of loop0 model.py:9)")
+
+
+def test_a_crash_in_refine_usage_names_the_loops_of_main() -> None:
+    """The stream conversion's `RefineUsagePass` dies on a narrowed `scf.while` (README, Known traps);
+    its stack names no op, so the reason names every loop of `main`."""
+    error = CompileError("iree-compile failed")
+    error.diagnostic = describe_failure(_read("crash_refine_usage_sigsegv.txt"))
+    assert error.diagnostic.startswith("crashed with SIGSEGV in pass RefineUsagePass: "), error.diagnostic
+    assert crashed_on(error.diagnostic) == "while"
+    main_text = "\n".join(
+        [
+            "func.func @main(%arg0: tensor<?x6xf32>) -> (tensor<?x6xf32>) {",
+            "  %t1 = scf.while (%a = %arg0) : (tensor<?x6xf32>) -> (tensor<?x6xf32>) {",
+            '    scf.condition(%b) %a : tensor<?x6xf32> loc("loop0 model.py:8")',
+            "  } do {",
+            '  } loc("loop0 model.py:8")',
+            "  %t2 = scf.while (%c = %t1) : (tensor<?x6xf32>) -> (tensor<?x6xf32>) {",
+            '    scf.condition(%d) %c : tensor<?x6xf32> loc("loop4 model.py:12")',
+            "  } do {",
+            '  } loc("loop4 model.py:12")',
+            "}",
+        ]
+    )
+    reason = pipeline.compiled_host_failure(error, main_text)
+    assert reason.endswith("(one of the scf.while ops of loop0 model.py:8, loop4 model.py:12)"), reason
 
 
 def test_the_compile_error_keeps_the_summary_on_its_first_line(monkeypatch) -> None:
