@@ -857,3 +857,130 @@ def test_a_for_loop_after_a_break_carries_a_dynamic_batch(tmp_path) -> None:
             want = model(x, n)
             assert torch.equal(want, x) == breaks_at_once  # the path taken
             np.testing.assert_allclose(run(x.numpy(), n), want.numpy(), rtol=1e-6, err_msg=f"{host} {x.shape} {n}")
+
+
+class _RandomLoopAfterAReturnLoop(nn.Module):
+    """Two loops with a `return` inside each, the second with a random op, exported with a dynamic
+    batch (fuzzer seeds 70000 and 70004, cut down): iree-compile 3.13 died with SIGSEGV in
+    RefineUsagePass (`ResourceType::getLifetime`). The second loop's `scf.while` had lost a result:
+    the carried h's next value comes from a segment whose size IREE knows is the input's, from
+    outside the loop, so the canonicalizer dropped that size from the `scf.condition` (README,
+    "Known traps": the loop-narrowing crash). A loop with an exit now holds the tensors with a
+    dynamic dim on entry behind barriers, their sizes too (`hosts/control_flow.py: _dynamic`). The
+    randomness cancels (a bernoulli of ones)."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        for _ in range(2):
+            if float(h[0, 1]) > -1.25:
+                return h
+            h = h * 0.5
+        for _ in range(6):
+            h = h * torch.bernoulli(torch.ones_like(h))
+            if float(h.sum()) < -13.9:
+                return h
+        return h
+
+
+def test_a_random_loop_after_a_return_loop_with_a_dynamic_batch(tmp_path) -> None:
+    model = _RandomLoopAfterAReturnLoop()
+    bundle = dycl_iree.export(model, (torch.full((2, 6), -8.0),), dynamic_shapes={"x": {0: "batch"}})
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "random_after_return.dycl")
+    # (x, what PyTorch returns): the first loop's `return` at once, the second loop's, no `return`
+    cases = [(torch.ones(2, 6), 1.0), (torch.full((3, 6), -8.0), -2.0), (torch.full((1, 6), -8.0), -2.0)]
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for x, value in cases:
+            want = model(x)
+            assert torch.equal(want, torch.full_like(x, value))  # the path taken
+            np.testing.assert_allclose(run(x.numpy()), want.numpy(), rtol=1e-6, err_msg=f"{host} {x.shape}")
+
+
+class _ListAppendedInANestedLoop(nn.Module):
+    """A List[Tensor] appended to in a `for` nested in another `for` (fuzzer seed 74007, cut down):
+    the compiled host raised OUT_OF_RANGE ("attempted to access an address outside of the valid
+    buffer range ... while invoking native function hal.device.queue.execute") whenever the inner
+    loop ran, on the example input too; the Python host was right. The list's stacked tensor grows
+    in the inner loop, which put no barrier at the top of its body (README, "Known traps": a tensor
+    a loop grows comes out of a buffer sized before the loop); a loop nested in another now puts
+    one on the tensors its body makes larger (`_grows`), and on those only (the zero-tensor trap)."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        ts: List[torch.Tensor] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        for _ in range(n):
+            for _ in range(n):
+                h = F.log_softmax(h, 1) * 0.5
+                ts.append(h * 0.5)
+            h = h / (h.abs().sum() + 1.0) * 4.0
+        return h, torch.cat(ts + [h], 0)
+
+
+class _CatInANestedLoop(nn.Module):
+    """`acc = torch.cat([acc, ...], 0)` in a `for` nested in another, the inner trip count set by
+    the outer loop's index: the same OUT_OF_RANGE."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        acc = x[:0]
+        for i in range(n):
+            for j in range(i + 1):
+                acc = torch.cat([acc, h * float(j)], 0)
+            h = h + 1.0
+        return h, acc
+
+
+@pytest.mark.parametrize("model_class", [_ListAppendedInANestedLoop, _CatInANestedLoop])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static_batch", "dynamic_batch"])
+def test_a_tensor_grown_in_a_nested_loop(model_class: type, dynamic: bool, tmp_path) -> None:
+    model = model_class()
+    example = torch.linspace(-1.0, 1.0, 16).view(2, 8)
+    dynamic_shapes = {"x": {0: "batch"}} if dynamic else None
+    bundle = dycl_iree.export(model, (example, 3), dynamic_shapes=dynamic_shapes)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "nested_growth.dycl")
+    rows = 3 if dynamic else 2
+    cases = [(example, 3), (torch.linspace(-2.0, 3.0, rows * 8).view(rows, 8), 4), (torch.ones(2, 8), 0)]
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for x, n in cases:
+            want = model(x, n)
+            appended = n * n + 1 if model_class is _ListAppendedInANestedLoop else n * (n + 1) // 2
+            assert want[1].shape[0] == appended * x.shape[0]  # the inner loop ran that often
+            for got, expected in zip(run(x.numpy(), n), want):
+                np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} {n}")
+
+
+class _IntsAppendedInANestedLoopWithABreak(nn.Module):
+    """A List[int] appended to in a loop with a `break`, nested in another loop (fuzzer seed 70090,
+    cut down): the compiled host raised OUT_OF_RANGE ("attempted to access an address outside of the
+    valid buffer range ... hal.device.queue.execute") whenever the inner loop ran; the Python host
+    was right (README, "Known traps": a tensor a loop grows)."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        li: List[int] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        for _ in range(n):
+            for _ in range(n):
+                h = torch.softmax(h, 1) + h * 0.5
+                li.append(int(h.argmax()))
+                if float(torch.softmax(h, 1).max()) > 0.3:
+                    break
+            h = h * 0.9
+        return h, torch.tensor(li)
+
+
+def test_ints_appended_in_a_nested_loop_with_a_break(tmp_path) -> None:
+    model = _IntsAppendedInANestedLoopWithABreak()
+    example = torch.linspace(-1.0, 1.0, 16).view(2, 8)
+    bundle = dycl_iree.export(model, (example, 3))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "nested_ints.dycl")
+    for host in ("python", "compiled"):
+        run = dycl_iree.load(path, host=host)
+        for x, n in ((example, 3), (torch.linspace(-2.0, 3.0, 16).view(2, 8), 4), (torch.ones(2, 8), 0)):
+            want = model(x, n)
+            assert len(want[1]) >= n  # the inner loop ran at least once per outer step
+            for got, expected in zip(run(x.numpy(), n), want):
+                np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} {n}")
