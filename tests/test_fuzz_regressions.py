@@ -445,7 +445,7 @@ REAL_CODE_CASES = [
     pytest.param(_HostAbs, False, id="host_abs"),
     pytest.param(_DropoutInLoop, True, id="dropout_in_loop"),
     pytest.param(_BernoulliInLoop, True, id="bernoulli_in_loop"),
-    pytest.param(_CatInElseOfLoop, True, marks=_xfail("F8: OUT_OF_RANGE (again at 911c785)"), id="cat_in_else_of_loop"),
+    pytest.param(_CatInElseOfLoop, True, id="cat_in_else_of_loop"),
 ]
 
 

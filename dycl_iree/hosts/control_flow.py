@@ -82,7 +82,18 @@ class ControlFlowEmitter:
         held = [not grows and enclosing == 0 and _dynamic(arg) for arg in node.initial]
         spare = _starts_without_rows(node)
         initial = [self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(initial, types))]
-        initial = self.distinct(self.widened(initial, types), types, entry=True)
+        initial = self.widened(initial, types)
+        # A tensor that enters with data and a leading size the compiler knows gets a size IREE
+        # cannot fold (`with_opaque_sizes`). Not one that enters empty (a list that starts as
+        # `[]`): made opaque, the list of `test_a_list_grown_after_a_return_from_nested_loops` came
+        # out of a buffer too small for it; nor one whose size is already a run-time one: made
+        # opaque there, iree-compile rejected two fuzzer programs ("failed to legalize operation
+        # 'tensor.cast'", "unresolved target materialization from ('index')").
+        initial = [
+            self.with_opaque_sizes(name, type_text) if _enters_with_a_known_size(arg) else name
+            for arg, name, type_text in zip(node.initial, initial, types)
+        ]
+        initial = self.distinct(initial, types, entry=True)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
@@ -175,6 +186,50 @@ class ControlFlowEmitter:
                 f"{type_text}"
             )
         return copy
+
+    def with_opaque_sizes(self, name: str, type_text: str) -> str:
+        """`name` with its dynamic leading size made opaque to IREE's integer range analysis (other
+        tensors and scalars as they are): concatenated with an empty tensor whose length along dim
+        0 is a barrier's 0, so the buffers IREE sizes from it are sized at run time. Only dim 0:
+        along an inner dim the same concatenation failed in iree-compile ("failed to resolve
+        workgroup count hint in terms of workload ordinals", Tacotron2's attention weights,
+        `tests/test_lists_of_tensors.py`).
+
+        A tensor that enters a loop with a size IREE knows (`acc = h` of a static `h`, grown by
+        `torch.cat` in an `else` of the body) had that size folded into a buffer inside the loop
+        (OUT_OF_RANGE once the `else` ran twice; README, "Known traps": sizes folded across a
+        loop). A barrier on the tensor or a `flow.tensor.tie_shape` to barriered sizes does not
+        help: IREE's stream conversion keeps the byte size the tensor was made with, and a slice
+        to a barriered length is clamped to the known size again. The price is one copy of the
+        tensor where the loop starts.
+        """
+        if not type_text.startswith("!torch.vtensor<[?"):
+            return name
+        dims = type_text[len("!torch.vtensor<[") :].split("]", 1)[0].split(",")
+        sizes = [self.opaque_int(0)]
+        for position, size in enumerate(dims[1:], start=1):
+            if size == "?":
+                index, length = self.constant(position, None)[0], self.fresh()
+                self.emit(f"{length} = torch.aten.size.int {name}, {index} : {type_text}, !torch.int -> !torch.int")
+                sizes.append(length)
+            else:
+                sizes.append(self.constant(int(size), None)[0])
+        listed, none, empty = self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{none} = torch.constant.none")
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
+            f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
+        )
+        self.emit(
+            f"{empty} = torch.aten.new_zeros {name}, {listed}, {none}, {none}, {none}, {none} : {type_text}, "
+            f"!torch.list<int>, !torch.none, !torch.none, !torch.none, !torch.none -> {type_text}"
+        )
+        parts, joined, zero = self.fresh(), self.fresh(), self.constant(0, None)[0]
+        self.emit(
+            f"{parts} = torch.prim.ListConstruct {name}, {empty} : ({type_text}, {type_text}) -> !torch.list<vtensor>"
+        )
+        self.emit(f"{joined} = torch.aten.cat {parts}, {zero} : !torch.list<vtensor>, !torch.int -> {type_text}")
+        return joined
 
     def with_spare_row(self, name: str, type_text: str) -> str:
         """`name` with one row of zeros in front (see `_starts_without_rows`)."""
@@ -458,6 +513,14 @@ def _grows(param: Value, result: Arg) -> bool:
     if not isinstance(result.type, TensorType) or None not in param.type.shape:
         return False
     return any(d is None and b > a for d, a, b in zip(param.type.shape, param.type.hint, result.type.hint))
+
+
+def _enters_with_a_known_size(arg: Arg) -> bool:
+    """Whether `arg`, a loop's initial value, is a tensor with data whose leading size the compiler
+    knows (`acc = h` of a static `h`, carried with a dynamic dim 0): the size IREE folds."""
+    if not (isinstance(arg, Value) and isinstance(arg.type, TensorType) and arg.type.shape):
+        return False
+    return arg.type.shape[0] is not None and 0 not in arg.type.shape
 
 
 def _values_read(block: Block) -> set[Value]:
