@@ -197,7 +197,7 @@ class ControlFlowEmitter:
 
         A tensor that enters a loop with a size IREE knows (`acc = h` of a static `h`, grown by
         `torch.cat` in an `else` of the body) had that size folded into a buffer inside the loop
-        (OUT_OF_RANGE once the `else` ran twice; README, "Known traps": sizes folded across a
+        (OUT_OF_RANGE once the `else` ran twice; README, "Known traps": a size folded inside a
         loop). A barrier on the tensor or a `flow.tensor.tie_shape` to barriered sizes does not
         help: IREE's stream conversion keeps the byte size the tensor was made with, and a slice
         to a barriered length is clamped to the known size again. The price is one copy of the
