@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.fuzz.calibrate import calibrate
+from tests.fuzz.calibrate import calibrate, instantiate
 from tests.fuzz.campaign import fallback_table, reason_of
-from tests.fuzz.check import check_seed, hosts_agree, nan_aware_compare, prepare
+from tests.fuzz.check import check_seed, hosts_agree, nan_aware_compare, near_threshold, prepare
 from tests.fuzz.generate import generate, source_features
 from tests.fuzz.inputs import finite_cases
 
@@ -59,6 +59,19 @@ def test_the_same_seed_gives_the_same_program() -> None:
     second, _ = prepare(17)
     assert first.render() == second.render()
     assert "__C" not in first.render()  # every threshold placed
+
+
+def test_a_decision_near_its_threshold_counts_when_its_path_then_raises() -> None:
+    # Seed 74354: `float(h.sum()) < -1.11759e-08` meets a sum of -1.1175871e-08 on the example, and
+    # the side PyTorch takes looks up `nn.Embedding(8, 8)` at k = -7, which raises; the hosts, on
+    # another summation order, may take the other side and return. That is a near tie, not a defect.
+    program, cases = prepare(74354)
+    _, values = cases[0]
+    torch.manual_seed(program.seed)
+    model = instantiate(program.render(), program.seed, "fuzzed_near_tie").eval()
+    with pytest.raises(IndexError):
+        model(*values)
+    assert near_threshold(program, values)
 
 
 def test_a_threshold_splits_the_values_it_saw() -> None:

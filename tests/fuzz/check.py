@@ -144,10 +144,14 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
             failure = _run_and_compare(
                 run, values, expected, expected_error, lambda v=values: _run_wide(widened, v), returned, host
             )
-            if failure is not None and failure["kind"] == "mismatch" and _unstable(program, values, expected, widened):
+            if failure is not None and (
+                (failure["kind"] == "mismatch" and _unstable(program, values, expected, widened))
+                or (failure["kind"] == "no error" and near_threshold(program, values))
+            ):
                 # A decision within float32 rounding of its threshold, or an argmax between near ties,
                 # may go either way on another summation order (PyTorch's own float64 run disagrees
-                # with its float32 run): not a defect, but counted.
+                # with its float32 run): not a defect, but counted. So may a path on which PyTorch
+                # raises (an embedding of an index the other path never looks up, seed 74354).
                 result.setdefault("near_threshold", []).append({"case": label, "host": host})
             elif failure is not None:
                 result["failures"].append({"case": label, "host": host, **failure})
@@ -206,7 +210,7 @@ def near_threshold(program: Program, values: tuple, tolerance: float = 1e-4) -> 
         with torch.no_grad():
             model(*values)
     except Exception:
-        return False
+        pass  # the path raised (an index out of range): the decisions that led to it still count
     return close
 
 
