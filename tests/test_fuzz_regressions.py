@@ -573,53 +573,21 @@ class _TokensOfNestedLoops(nn.Module):
         return h, li
 
 
-class _TokensOfNestedLoopsWithBreak(nn.Module):
-    """The same with a `break` in the inner loop (seed 74157's form)."""
-
-    def forward(self, x: torch.Tensor, n: int):
-        h = x
-        li: List[int] = []  # noqa: UP006
-        for _ in range(n):
-            for _ in range(n):
-                h = torch.softmax(h, 1) + h * 0.5
-                li.append(int(h.argmax()))
-                if n > 3:
-                    break
-        return h, li
-
-
-class _TensorsOfNestedLoops(nn.Module):
-    """A `List[Tensor]` appended in a loop nested in another, then concatenated (fuzzer seed 74007,
-    cut down): OUT_OF_RANGE as above."""
-
-    def forward(self, x: torch.Tensor, n: int):
-        h = x
-        ts: List[torch.Tensor] = []  # noqa: UP006
-        for _ in range(n):
-            for _ in range(n):
-                h = torch.softmax(h, 1) + h * 0.5
-                ts.append(h * 0.5)
-        return h, torch.cat(ts + [h], 0)
-
-
-@pytest.mark.parametrize("model", [_TokensOfNestedLoops, _TokensOfNestedLoopsWithBreak, _TensorsOfNestedLoops])
-def test_a_list_grown_in_a_nested_loop(tmp_path, model) -> None:
-    model = model().eval()
+def test_a_list_of_ints_grown_in_a_nested_loop(tmp_path) -> None:
+    # With a `break` (seed 70090) and for a List[Tensor] (seed 74007): the tests further down.
+    model = _TokensOfNestedLoops().eval()
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
     bundle = dycl_iree.export(model, (x, 2))
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "nested_growth.dycl")
+    path = bundle.save(tmp_path / "nested_ints.dycl")
     scripted = torch.jit.script(model)
     for host in ("python", "compiled"):
         run = dycl_iree.load(path, host=host)
         for n in (0, 1, 2, 3, 5):  # no step; one inner step; the inner loop run in later outer steps
             got, want = run(x.numpy(), n), scripted(x, n)
+            assert len(want[1]) == n * n
             np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} n={n}")
-            if isinstance(want[1], list):
-                assert list(got[1]) == want[1], (host, n)
-                assert len(got[1]) == (n if isinstance(model, _TokensOfNestedLoopsWithBreak) and n > 3 else n * n)
-            else:
-                np.testing.assert_allclose(got[1], want[1].numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} n={n}")
+            assert list(got[1]) == want[1], (host, n)
 
 
 class _RandomOpInAnIf(nn.Module):
