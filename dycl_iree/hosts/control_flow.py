@@ -43,7 +43,10 @@ class ControlFlowEmitter:
             self.depth += 1
             saved = dict(self.names), dict(self.types)
             self.block(block)
-            yields = self.apart(self.widened(self.region_results(block, types), types), carriers, alone=True)
+            # A side that yields one tensor twice (a list that is both a loop's result and the value
+            # an early return left) gets a copy for the second: the VM moves the ref (`distinct`).
+            yields = self.region_results(block, types)
+            yields = self.apart(self.distinct(self.widened(yields, types), types), carriers, alone=True)
             suffix = f" {', '.join(yields)} : {', '.join(carriers)}" if types else ""
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
