@@ -120,10 +120,14 @@ class ControlFlowEmitter:
         unread = [False] + [param not in read for param in node.body.params[1:]]
         # ... and the values the body makes larger (`_grows`), in nested loops too.
         grown = [False] + [
-            grows or hold or isinstance(param.type, ListType) or (for_like and _grows(param, result))
+            grows or isinstance(param.type, ListType) or ((for_like or hold) and _grows(param, result))
             for param, result, hold in zip(node.body.params[1:], node.body.results[1:], held)
         ]
-        kept = self.barrier_all(arguments, builtins, unread=unread, grown=grown)
+        # A held tensor the body does not grow passes only its sizes through barriers at the top:
+        # behind a barrier of its own, a tensor computed before the loop reached the body as zeros
+        # (`h = pool(h) + h`, then a loop with a `break`, dynamic batch: fuzzer seed 75295).
+        sized = [False] + [hold and not more for hold, more in zip(held, grown[1:])]
+        kept = self.barrier_all(arguments, builtins, unread=unread, grown=grown, sized=sized)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
@@ -313,7 +317,12 @@ class ControlFlowEmitter:
         ]
 
     def barrier_all(
-        self, names: list[str], builtins: list[str], unread: list[bool] | None = None, grown: list[bool] | None = None
+        self,
+        names: list[str],
+        builtins: list[str],
+        unread: list[bool] | None = None,
+        grown: list[bool] | None = None,
+        sized: list[bool] | None = None,
     ) -> list[str]:
         """`names` (builtin-typed), each through its own `util.optimization_barrier`.
 
@@ -350,14 +359,17 @@ class ControlFlowEmitter:
                 # in a loop with an exit the same barrier broke a list grown after a `return`
                 # (`test_a_list_grown_after_a_return_from_nested_loops`).
                 kept.append(name)
+            elif unread is not None and not unread[position] and sized is not None and sized[position]:
+                kept.append(self.builtin_barrier(name, builtin, sizes_too=True, tensor_too=False))
             else:
                 kept.append(self.builtin_barrier(name, builtin, sizes_too=True))
         return kept
 
-    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False) -> str:
+    def builtin_barrier(self, name: str, builtin: str, sizes_too: bool = False, tensor_too: bool = True) -> str:
         """A builtin-typed value through `util.optimization_barrier`, a tensor's dynamic dims tied again
         (iree-compile fails on a barrier of a dynamically shaped tensor otherwise: "'tensor.dim' op
-        unexpected during shape cleanup")."""
+        unexpected during shape cleanup"). With `tensor_too` off, only the sizes (`sizes_too`) pass
+        a barrier, and the tensor is tied to them as it is."""
         dims = []
         sizes = builtin[len("tensor<") :].split("x")[:-1] if builtin.startswith("tensor<") else []
         for position, size in enumerate(sizes):
@@ -373,8 +385,10 @@ class ControlFlowEmitter:
                     self.emit(f'{kept_dim} = "util.optimization_barrier"({dim}) : (index) -> index')
                     dim = kept_dim
                 dims.append(dim)
-        kept = self.fresh()
-        self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
+        kept = name
+        if tensor_too or not dims:
+            kept = self.fresh()
+            self.emit(f'{kept} = "util.optimization_barrier"({name}) : ({builtin}) -> {builtin}')
         if dims:
             tied = self.fresh()
             operands = ", ".join([kept, *dims])
