@@ -195,11 +195,35 @@ def cache_key_flags(flags: list[str]) -> list[str]:
     return [f"--iree-llvmcpu-target-cpu=host[{host_cpu()}]" if flag == HOST_CPU_FLAG else flag for flag in flags]
 
 
-def compile_module(bytecode: bytes, target: str, cpu_threads: int = 1, use_cache: bool = True) -> bytes:
-    """Compile torch-dialect MLIR bytecode for `target`; reuse a cached vmfb when there is one."""
+# iree-compile errors on the compiled host that one more flag avoids (README, "Known traps"):
+# the diagnostic's text, and the flag the module is compiled again with.
+WORKAROUNDS = (
+    # IREE 3.13's stream partitioning leaves a dispatch without operands (an `arange` that CSE made
+    # one for two segments split by a loop) outside every execution region; fused into its
+    # consumers, there is none.
+    ("streamable op expected to be in an execution region", "--iree-dispatch-creation-enable-aggressive-fusion=true"),
+)
+
+
+def workaround_for(diagnostic: str) -> str | None:
+    """The flag that avoids the iree-compile error `diagnostic`, if one is known (`WORKAROUNDS`).
+
+    >>> workaround_for("error: 'stream.async.dispatch' op : streamable op expected to be in an execution region")
+    '--iree-dispatch-creation-enable-aggressive-fusion=true'
+    >>> workaround_for("error: failed to legalize operation") is None
+    True
+    """
+    return next((flag for text, flag in WORKAROUNDS if text in diagnostic), None)
+
+
+def compile_module(
+    bytecode: bytes, target: str, cpu_threads: int = 1, use_cache: bool = True, extra_flags: tuple[str, ...] = ()
+) -> bytes:
+    """Compile torch-dialect MLIR bytecode for `target` (with `extra_flags` after the target's own);
+    reuse a cached vmfb when there is one."""
     import iree.compiler as iree_compiler
 
-    flags = target_flags(target, cpu_threads)
+    flags = target_flags(target, cpu_threads) + list(extra_flags)
     version = getattr(iree_compiler, "__version__", "") or _compiler_version()
     key = hashlib.sha256()
     key.update(bytecode)

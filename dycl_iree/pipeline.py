@@ -31,7 +31,7 @@ from . import cache as compile_cache
 from . import export_cache
 from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, make_manifest, program_text, weight_bytes
 from .capture import capture
-from .compile import compile_module, crashed_on, target_flags
+from .compile import compile_module, crashed_on, target_flags, workaround_for
 from .dynamic_dims import check_examples, declared_dims
 from .errors import CompileError
 from .guards import check_device_indices, guard_indices
@@ -121,24 +121,37 @@ def export(
     python_source = synthesize_python(program)
     unsupported, main_text = _add_compiled_host(program, lowered)
 
-    def compile_all() -> dict[str, bytes]:
+    def compile_all(extra: tuple[str, ...] = ()) -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
         vmfbs = {}
         for target in targets:
             say(f"compiling for {target} (iree-compile)")
             vmfbs[target] = stage(
-                f"compile[{target}]", lambda: compile_module(bytecode, target, cpu_threads, use_cache=cache)
+                f"compile[{target}]",
+                lambda: compile_module(bytecode, target, cpu_threads, use_cache=cache, extra_flags=extra),
             )
         return vmfbs
 
+    extra: tuple[str, ...] = ()
+    failure: CompileError | None = None
     try:
         compiled = compile_all()
     except CompileError as error:
         if unsupported is not None:
             raise explain_compile_error(program, targets[0], error) from error
+        failure = error
+    flag = workaround_for(getattr(failure, "diagnostic", "")) if failure is not None else None
+    retried = ""
+    if failure is not None and flag is not None:  # a known iree-compile trap: once more, with its flag
+        say(f"iree-compile rejected the compiled host ({failure.diagnostic}); compiling again with {flag}")
+        try:
+            compiled, extra, failure = compile_all((flag,)), (flag,), None
+        except CompileError as again:
+            retried = f"; with {flag}: {getattr(again, 'diagnostic', '')}"
+    if failure is not None:
         # The segments compile without `main` (checked next), so only the compiled host is at fault.
         remove_main(lowered)
-        unsupported = "iree-compile rejected the compiled host: " + compiled_host_failure(error, main_text)
+        unsupported = "iree-compile rejected the compiled host: " + compiled_host_failure(failure, main_text) + retried
         try:
             compiled = compile_all()
         except CompileError as segment_error:
@@ -150,7 +163,8 @@ def export(
     files[PYTHON_HOST] = relative(python_source).encode()
     files[PROGRAM_TEXT] = relative(program_text(program)).encode()
     target_entries = {
-        target: {"file": vmfb_file_name(target), "flags": target_flags(target, cpu_threads)} for target in compiled
+        target: {"file": vmfb_file_name(target), "flags": target_flags(target, cpu_threads) + list(extra)}
+        for target in compiled
     }
     if "llvm-cpu" in target_entries:  # this machine's CPU: a runtime picks the vmfb for the CPU it runs on
         target_entries["llvm-cpu"]["cpu"] = platform.machine()
