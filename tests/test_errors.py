@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import dycl_iree
-from dycl_iree.errors import CaptureError, UnsupportedOpError
+from dycl_iree.errors import CaptureError, SpecializeError, UnsupportedOpError
 
 
 class _Unscriptable(nn.Module):
@@ -83,3 +85,21 @@ def test_dynamic_dims_accept_other_sizes_and_static_dims_do_not(exported) -> Non
     assert run(np.ones((3, 8), np.float32)).shape == (3,)
     with pytest.raises(dycl_iree.InputError, match="must have size 8 in dim 1"):
         run(np.ones((3, 9), np.float32))
+
+
+class _TokenLists(nn.Module):
+    """A beam search's token lists rebuilt in a loop over a run-time count (`List[List[int]]`)."""
+
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        tokens: List[List[int]] = [[0]]  # noqa: UP006  (TorchScript's spelling in published code)
+        for step in range(n):  # the loop the error names
+            tokens = [t + [step] for t in tokens]
+        return x + float(len(tokens[0]))
+
+
+def test_a_list_of_lists_set_in_a_loop_is_named_with_its_type_and_line() -> None:
+    with pytest.raises(SpecializeError) as caught:
+        dycl_iree.export(_TokenLists(), (torch.randn(2, 3), 2))
+    message = str(caught.value)
+    assert "a List[List[int]] ([[0]]) cannot change inside data-dependent control flow" in message
+    assert f"test_errors.py:{_line_of('for step in range(n):')}" in message

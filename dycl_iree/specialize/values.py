@@ -286,7 +286,30 @@ def type_of(entry: Any, source: str) -> Type | None:
                 f"a value that is None on one path and set on another ({source}): Optional values "
                 "cannot cross data-dependent control flow; give it a default (e.g. a zero tensor)"
             )
-    raise SpecializeError(f"a {type(entry).__name__} cannot cross data-dependent control flow ({source})")
+    raise SpecializeError(
+        f"{_described(entry)} cannot change inside data-dependent control flow ({source}): a value a "
+        "data-dependent loop or branch sets must be a tensor, an int, float or bool, or a list of "
+        "those; keep this one outside the loop or branch, or hold it in a tensor"
+    )
+
+
+def _described(entry: Any) -> str:
+    """What `entry` holds, for an error: `a List[List[int]] ([[0]])`, `a ListArg of 2 items`."""
+    value = entry.value if isinstance(entry, Constant) else None
+    if isinstance(value, (list, tuple)):
+        inner = {type(v).__name__ for v in value}
+        kinds = {"list": "List", "tuple": "Tuple", "Tensor": "Tensor"}
+        inner_text = ", ".join(sorted(kinds.get(k, k) for k in inner)) or "..."
+        if value and all(isinstance(v, list) for v in value):
+            items = {type(i).__name__ for v in value for i in v} or {"int"}
+            inner_text = f"List[{', '.join(sorted(items))}]"
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return f"a {kinds[type(value).__name__]}[{inner_text}] ({shown})"
+    if isinstance(entry, Constant):
+        return f"a {type(value).__name__} ({value!r:.40})"
+    if isinstance(entry, ListArg):
+        return f"a list of {len(entry.items)} items"
+    return f"a {type(entry).__name__}"
 
 
 def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
