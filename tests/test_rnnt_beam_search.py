@@ -5,9 +5,9 @@ torch 2.13): `tests/published.py` loads `models/emformer.py`, `models/rnnt.py` a
 `models/rnnt_decoder.py` by path, with a stand-in `torchaudio.models` for their imports of each
 other. Nothing of the package is edited.
 
-The beam search does not export yet. What it needs, in the order the exporter meets it: Emformer's
-attention mask is a list of per-segment mask lists (`masks_to_concat = [rc_mask, query_mask]`), one
-segment per `segment_length` frames, so its lists grow with the run-time length; then each
+The beam search does not export yet. Emformer's attention mask, a list of per-segment mask lists
+(`masks_to_concat = [rc_mask, query_mask]`) that grow with the run-time length, now exports (a list
+held by another list follows its growth, `tests/test_list_aliasing.py`). What stops it next: each
 hypothesis is a tuple of a token list, a tensor, a `List[List[Tensor]]` state and a score, kept in
 lists that grow, shrink (`del`) and are sorted at run time, and in a `Dict[str, Hypothesis]` keyed by
 `str(tokens)`. The test below pins the first refusal, so that a change in what stops the export is
@@ -67,10 +67,10 @@ def test_the_beam_search_scripts_and_decodes_like_its_eager_form(beam_search):
     assert [h[3] for h in scripted] == pytest.approx([h[3] for h in eager])
 
 
-def test_its_export_is_refused_at_emformers_list_of_mask_lists(beam_search):
+def test_its_export_is_refused_at_its_run_time_list_of_hypotheses(beam_search):
     message = (
-        r"a run-time value of type List\[Tensor\] \(.*emformer.py:\d+.*\): a list whose items are lists, tuples, "
-        r"dicts or objects cannot change at run time"
+        r"a run-time value of type Tuple\[List\[int\], Tensor, List\[List\[Tensor\]\], float\] on the host "
+        r"is not supported \(.*rnnt_decoder.py:\d+\)"
     )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2))

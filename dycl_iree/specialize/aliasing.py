@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from ..program import ListArg
 from .schemas import mutates_first_argument, resolve_overload, returns_view
+from .values import TupleEntry
 
 
 def mutated_outer(blocks: list) -> list:
@@ -93,3 +95,27 @@ def collect_mutated_lists(graph: torch._C.Graph) -> set[int]:
 
     scan(graph)
     return mutated
+
+
+def note_inner_lists(spec: Any, node: torch._C.Node) -> None:
+    """Remember where a list or tuple built by `node` holds a list that is mutated somewhere
+    (`masks = [rows, columns]`, then `rows.append(...)`), so `follow_inner_list` keeps it current."""
+    for position, item in enumerate(node.inputs()):
+        if item.unique() in spec.mutated_lists:
+            spec.inner_lists.setdefault(item.unique(), []).append((node.output(), position))
+
+
+def follow_inner_list(spec: Any, ts_value: torch._C.Value, entry: Any) -> None:
+    """`ts_value`, a mutable list, is now `entry`: every list or tuple that holds it holds `entry`.
+
+    A TorchScript list is a reference, and a list of lists holds the lists themselves; an entry is
+    a value, so the holder is rebuilt (and its own holders, in turn). Without it, a list that grew
+    after it was put in another list read as it was then: Emformer's `masks_to_concat = [rows,
+    columns]` came out empty ("torch.cat(): expected a non-empty list"), and with a first item the
+    concatenation was silently short."""
+    for holder, position in spec.inner_lists.get(ts_value.unique(), ()):
+        held = spec.env.get(holder.unique())
+        if isinstance(held, ListArg) and position < len(held.items):
+            spec.bind(holder, ListArg(held.items[:position] + (entry,) + held.items[position + 1 :]))
+        elif isinstance(held, TupleEntry) and position < len(held.items):
+            spec.bind(holder, TupleEntry(held.items[:position] + (entry,) + held.items[position + 1 :]))

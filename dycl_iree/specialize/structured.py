@@ -48,6 +48,7 @@ import torch
 from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
+from .aliasing import note_inner_lists
 from .schemas import source_of
 from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, is_none
 
@@ -460,6 +461,7 @@ class StructuredValues:
         fields = _namedtuple_fields(node)
         if fields is None:
             self.bind(node.output(), TupleEntry(items))
+            note_inner_lists(self, node)
         else:
             name = str(node.output().type()).split(".")[-1]
             self.bind(node.output(), RecordEntry("namedtuple", name, fields, items))

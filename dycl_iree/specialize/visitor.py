@@ -50,7 +50,7 @@ from ..program import (
     Type,
     Value,
 )
-from .aliasing import collect_mutated_lists
+from .aliasing import collect_mutated_lists, follow_inner_list, note_inner_lists
 from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
@@ -135,6 +135,7 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, Host
         self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
+        self.inner_lists: dict[int, list] = {}  # a mutable list -> the lists holding it (`aliasing`)
         self.concatenation_dims, self.stacks_lists = concatenation_dims(captured.graph, self.mutated_lists)
         self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
         self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
@@ -156,6 +157,7 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, Host
 
     def bind(self, ts_value: torch._C.Value, entry: Any) -> None:
         self.env[ts_value.unique()] = entry
+        follow_inner_list(self, ts_value, entry)
 
     def materialize(self, entry: Any, source: str) -> Any:
         """A constant tensor that crosses control flow needs a device buffer: copy it in a segment."""
@@ -248,6 +250,7 @@ class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, Host
         else:
             # Lists holding tensors stay structural, so that each tensor is handled on its own.
             self.bind(output, ListArg(items))
+            note_inner_lists(self, node)
 
     def visit_list_unpack(self, node: torch._C.Node) -> None:
         list_entry = self.entry(node.input())
