@@ -196,6 +196,8 @@ class _Emitter(ControlFlowEmitter, Emitter):
         self.where = ['"main"']
         self.depth = 1
         self.enclosing_loops = 0  # how many loops hold the one being emitted (`control_flow.loop`)
+        self.loops_done = 0  # loops emitted so far, and how many there were when each value was made
+        self.made_after: dict[Value, int] = {}
         # What the compiled host cannot express, each with where it is; the walk goes on past
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []
@@ -237,6 +239,23 @@ class _Emitter(ControlFlowEmitter, Emitter):
     def define(self, value: Value, name: str, type_text: str) -> None:
         self.names[value] = name
         self.types[value] = type_text
+        self.made_after[value] = self.loops_done
+
+    def across_a_loop(self, arg: Arg) -> None:
+        """Put a tensor made before a loop and read after it, outside any loop, behind a barrier.
+
+        IREE 3.13's `EmplaceAllocationsPass` otherwise moves the tensor's dispatch to write into the
+        buffer of a concatenation after the loop, whose size the loop decides, and iree-compile
+        fails ("operand #1 does not dominate this use"; `ts = [h * 0.5]`, a loop over `h`, then
+        `torch.cat(ts + [h])`, fuzzer seed 74203)."""
+        if (
+            self.enclosing_loops == 0
+            and isinstance(arg, Value)
+            and arg in self.names
+            and self.types[arg].startswith("!torch.vtensor")
+            and self.made_after.get(arg, self.loops_done) < self.loops_done
+        ):
+            self.define(arg, self.barrier(self.names[arg], self.types[arg]), self.types[arg])
 
     def operand(self, arg: Arg, want: str | None = None) -> tuple[str, str]:
         """The SSA name and MLIR type of `arg`, materializing constants, cast to `want` if given."""
@@ -308,6 +327,8 @@ class _Emitter(ControlFlowEmitter, Emitter):
                 "cannot update inside a loop or an if"
             )
         params, results = self.signatures[node.segment]
+        for arg in node.args:
+            self.across_a_loop(arg)
         operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]
         result = self.fresh()
         count = len(results)

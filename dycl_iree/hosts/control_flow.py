@@ -156,6 +156,7 @@ class ControlFlowEmitter:
         self.emit("} else {")
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
+        self.loops_done += 1
         for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
             name = self.narrowed(self.from_builtin(f"{result}#{position + 1}", carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
@@ -479,6 +480,7 @@ class ControlFlowEmitter:
         self.depth -= 1
         self.emit(f"}} : (!torch.int, !torch.bool, {', '.join(carried_types)}) -> ({', '.join(carried_types)})")
         self.where.pop()
+        self.loops_done += 1
         for position, (value, type_text) in enumerate(zip(node.outputs, types)):
             self.define(value, f"{result}#{position + 1}", type_text)
 
