@@ -423,8 +423,13 @@ def structure_difference(a: list, b: list, names: list[str]) -> str:
 # Entry point
 
 
-def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type]:
-    """Types of the graph inputs, from the example inputs and the dims declared dynamic."""
+def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type | None]:
+    """Types of the graph inputs, from the example inputs and the dims declared dynamic.
+
+    An `Optional` input whose example is None has no type (None): the export specializes to it
+    being None, as it specializes to the example's dtype and rank, since a None example says
+    nothing of the tensor or scalar it could be. An `Optional` input with a tensor or scalar
+    example is typed by it, as set."""
     ts_inputs = list(captured.graph.inputs())[1:]
     if len(example_inputs) != len(ts_inputs):
         raise SpecializeError(
@@ -435,6 +440,16 @@ def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: 
     types: list[Type] = []
     for name, ts_value, example, dims in zip(captured.input_names, ts_inputs, example_inputs, dynamic):
         declared = str(ts_value.type())
+        if example is None:
+            if not declared.startswith("Optional["):
+                raise SpecializeError(
+                    f"example input {name!r} is None, but {captured.name}.forward declares it {declared}: "
+                    "only an Optional input may be None"
+                )
+            types.append(None)
+            continue
+        if declared.startswith("Optional["):
+            declared = declared[len("Optional[") : -1]  # set in the example: typed as set
         if isinstance(example, torch.Tensor):
             if "Tensor" not in declared:
                 raise SpecializeError(f"input {name!r} is declared {declared} but the example is a tensor")
@@ -449,14 +464,27 @@ def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: 
             types.append(ScalarType("float", example))
         else:
             raise SpecializeError(
-                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors or "
-                "Python int, float or bool"
+                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors, "
+                "Python int, float or bool, or None for an Optional input"
             )
         if isinstance(example, (bool, int, float)) and declared not in ("int", "float", "bool"):
             raise SpecializeError(
                 f"input {name!r} is declared {declared} but the example is a {type(example).__name__}"
             )
     return types
+
+
+def none_inputs(captured: CapturedModel, types: list[Type | None]) -> tuple[tuple[str, str, bool], ...]:
+    """The inputs exported as None (`input_types` gave them no type): (name, declared type, whether
+    `forward` defaults it to None, so that a call may leave it out), for the Program and manifest."""
+    arguments = captured.scripted.forward.schema.arguments[1:]  # the first is `self`
+    ts_inputs = list(captured.graph.inputs())[1:]
+    found = []
+    for name, type_, argument, ts_value in zip(captured.input_names, types, arguments, ts_inputs):
+        if type_ is None:
+            defaults_none = argument.has_default_value() and argument.default_value is None
+            found.append((name, str(ts_value.type()), defaults_none))
+    return tuple(found)
 
 
 def dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]]:

@@ -97,6 +97,7 @@ from .values import (
     is_dynamic,
     is_none,
     list_element_kind,
+    none_inputs,
     real_value,
     scalar_kind_of,
     scalar_list_kind,
@@ -693,9 +694,10 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
     ts_inputs = list(captured.graph.inputs())[1:]
-    params = tuple(spec.new_value(t, name) for t, name in zip(types, captured.input_names))
-    for ts_value, value in zip(ts_inputs, params):
-        spec.bind(ts_value, value)
+    bound = [Constant(None) if t is None else spec.new_value(t, name) for t, name in zip(types, captured.input_names)]
+    for ts_value, entry in zip(ts_inputs, bound):
+        spec.bind(ts_value, entry)
+    params = tuple(entry for entry in bound if isinstance(entry, Value))
     spec.visit_nodes(captured.graph.nodes())
     if spec.raised:
         raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
@@ -713,7 +715,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
                 "outputs must be tensors, scalars or tuples of them"
             )
     body = Block(params, tuple(spec.nodes), tuple(leaves))
-    return Program(captured.input_names, body, tree, (), captured.name)
+    return Program(captured.input_names, body, tree, (), captured.name, none_inputs=none_inputs(captured, types))
 
 
 _HANDLERS = {
