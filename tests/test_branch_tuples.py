@@ -4,9 +4,20 @@ A state that one side sets to a literal (`(torch.zeros(1, 4), torch.ones(1, 4))`
 folds into one constant tuple) lines up item by item with the other side's tuple; parts whose sizes
 differ between the sides become dynamic dims. Where the structures truly differ, the refusal names
 the part and says how it differs, at the model's line.
+
+TorchScript types a tuple's length (`return (a,)` on one side and `return (a, b)` on the other does
+not script), so what an early exit makes shorter is a list of tuples: RaNet-style code appends
+`(logits, confidence)` at each exit and returns the list from the exit it takes, a decode loop with
+`break` collects one tuple per step. Such a list is carried as one list of run-time length per tuple
+element (`specialize/tuple_lists.py`) and comes back as a list of tuples of PyTorch's length.
 """
 
+# The models keep the published code's idioms (`typing.List`, `typing.Tuple`).
+# ruff: noqa: UP006
+
 from __future__ import annotations
+
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -14,8 +25,10 @@ import torch
 import torch.nn as nn
 
 import dycl_iree
+from dycl_iree.errors import SpecializeError, UnsupportedOpError
 from dycl_iree.program import ScalarType, TensorType, Value
 from dycl_iree.specialize.values import TupleEntry, structure_difference
+from tests.conftest import assert_same, export_compiled
 
 
 class ResetState(nn.Module):
@@ -95,3 +108,157 @@ def test_a_refusal_names_the_part_that_differs_and_how(then_items, else_items, e
 
     assert structure_difference([made(then_items)], [made(else_items)], ["result 0"]) == expected
     assert structure_difference([made(2)], [made(2)], ["result 0"]) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Lists of tuples whose length depends on the exit taken
+# ---------------------------------------------------------------------------------------------
+
+
+class ExitPredictions(nn.Module):
+    """Three classifiers, coarse to fine, as RaNet's authors return them: each exit appends its
+    `(logits, confidence)` and the list is returned from the exit taken (one to three tuples)."""
+
+    def __init__(self, dim: int = 8, classes: int = 3, threshold: float = 0.4) -> None:
+        super().__init__()
+        self.stage1, self.stage2, self.stage3 = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.head1, self.head2, self.head3 = nn.Linear(dim, classes), nn.Linear(dim, classes), nn.Linear(dim, classes)
+        self.threshold = threshold
+
+    def forward(self, x: torch.Tensor) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        res: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        h = torch.relu(self.stage1(x))
+        logits = self.head1(h)
+        res.append((logits, torch.softmax(logits, 1).max(1)[0]))
+        if bool(res[-1][1].min() > self.threshold):
+            return res
+        h = torch.relu(self.stage2(h))
+        logits = self.head2(h)
+        res.append((logits, torch.softmax(logits, 1).max(1)[0]))
+        if bool(res[-1][1].min() > self.threshold):
+            return res
+        h = torch.relu(self.stage3(h))
+        logits = self.head3(h)
+        res.append((logits, torch.softmax(logits, 1).max(1)[0]))
+        return res
+
+
+class GrowingFeatures(nn.Module):
+    """Each exit returns its prediction with its features, wider at each stage (8, 16, 24 columns):
+    the features' list is concatenated along the width, with their widths."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.stage1, self.stage2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, 3 * dim)
+        self.head1, self.head2 = nn.Linear(2 * dim, 2), nn.Linear(3 * dim, 2)
+
+    def forward(self, x: torch.Tensor) -> Tuple[List[Tuple[torch.Tensor, torch.Tensor]], int]:
+        res: List[Tuple[torch.Tensor, torch.Tensor]] = [(x.sum(1, keepdim=True).repeat(1, 2), x)]
+        h = torch.tanh(self.stage1(x))
+        res.append((self.head1(h), h))
+        if bool(h.sum() > 0):
+            return res, len(res)
+        h = torch.tanh(self.stage2(h))
+        res.append((self.head2(h), h))
+        return res, len(res)
+
+
+class StepScores(nn.Module):
+    """A decode loop with `break` that collects `(scores, state)` per step; after it, the last
+    step's scores are read back from the list (`steps[-1][0]`) and the steps iterated."""
+
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__()
+        self.cell = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[Tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        steps: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        state = x
+        for _ in range(n):
+            state = torch.tanh(self.cell(state) + x)
+            steps.append((state.sum(1), state))
+            if bool(state.abs().max() > 0.9):
+                break
+        total = torch.zeros(1)
+        for scores, _ in steps:
+            total = total + scores
+        if len(steps) > 0:
+            total = total + steps[-1][0] * 10.0
+        return steps, total
+
+
+def _check_all(scripted, hosts, inputs):
+    with torch.no_grad():
+        want = scripted(*inputs)
+    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
+    for host in hosts:
+        assert_same(host(*arrays), want)
+    return want
+
+
+def test_an_early_exit_returns_its_list_of_prediction_tuples(tmp_path):
+    torch.manual_seed(0)
+    bundle, scripted, compiled, python = export_compiled(tmp_path, ExitPredictions(), (torch.randn(1, 8),), "exits")
+    assert bundle.manifest["outputs"]["tree"] == {"zip": [{"unstack": 0}, {"unstack": 1}]}
+    lengths = set()
+    for scale in (0.3, 3.0, 10.0):
+        for seed in range(6):
+            x = torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)) * scale
+            want = _check_all(scripted, (compiled, python), (x,))
+            assert all(isinstance(item, tuple) and len(item) == 2 for item in want)
+            lengths.add(len(want))
+    assert lengths == {1, 2, 3}, lengths
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
+
+
+def test_tuple_elements_of_different_widths_are_concatenated_with_their_widths(tmp_path):
+    torch.manual_seed(1)
+    bundle, scripted, compiled, python = export_compiled(
+        tmp_path, GrowingFeatures(), (torch.randn(1, 8),), "features"
+    )
+    ((features,), count) = bundle.manifest["outputs"]["tree"][0]["zip"][1:], bundle.manifest["outputs"]["tree"][1]
+    assert "ragged" in features and isinstance(count, int)
+    lengths = set()
+    for seed in range(12):
+        x = torch.randn(1, 8, generator=torch.Generator().manual_seed(seed))
+        want = _check_all(scripted, (compiled, python), (x,))
+        lengths.add(len(want[0]))
+        assert [item[1].shape[1] for item in want[0]] == [8, 16, 24][: len(want[0])]
+    assert lengths == {2, 3}, lengths
+
+
+def test_a_decode_loop_collects_a_tuple_per_step_and_reads_them_back(tmp_path):
+    torch.manual_seed(2)
+    _, scripted, compiled, python = export_compiled(tmp_path, StepScores(), (torch.randn(1, 4), 3), "steps")
+    lengths = set()
+    for n, scale in ((0, 0.1), (1, 0.1), (5, 0.05), (6, 3.0)):
+        x = torch.randn(1, 4, generator=torch.Generator().manual_seed(n)) * scale
+        steps, _ = _check_all(scripted, (compiled, python), (x, n))
+        lengths.add(len(steps))
+    assert 0 in lengths and len(lengths) >= 3, lengths
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert 0 in trips and max(trips) > 1
+
+
+class ExitIndexInTuple(nn.Module):
+    def forward(self, x: torch.Tensor) -> List[Tuple[torch.Tensor, int]]:
+        res: List[Tuple[torch.Tensor, int]] = [(x, 0)]
+        if bool(x.sum() > 0):
+            return res
+        res.append((x * 2.0, 1))
+        return res
+
+
+class SlicedPredictions(nn.Module):
+    def forward(self, x: torch.Tensor) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        res: List[Tuple[torch.Tensor, torch.Tensor]] = [(x, x)]
+        if bool(x.sum() > 0):
+            res.append((x * 2.0, x))
+        return res[1:]
+
+
+def test_a_list_of_tuples_is_refused_where_its_element_or_operation_cannot_be_carried():
+    with pytest.raises(SpecializeError, match=r"holds an int \(0\) as element 1 of its tuples .*torch.tensor\(i\)"):
+        dycl_iree.export(ExitIndexInTuple().eval(), (torch.randn(1, 4),))
+    with pytest.raises(UnsupportedOpError, match=r"aten::slice.*list of tuples whose length is known only at run"):
+        dycl_iree.export(SlicedPredictions().eval(), (torch.randn(1, 4),))

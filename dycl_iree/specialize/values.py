@@ -68,6 +68,21 @@ class RaggedList:
     dim: int
 
 
+@dataclass(frozen=True)
+class TupleList:
+    """A `List[Tuple[Tensor, ...]]` whose length is only known at run time, kept as one list of
+    run-time length per tuple element (`fields`: TensorLists or RaggedLists of equal length).
+
+    An early exit that returns its predictions so far, each a tuple (`preds.append((logits,
+    confidence))`), makes lists of tuples whose length depends on the path: in this form each
+    element is an ordinary list of tensors, so an append is an append to each, `xs[i]` a tuple of
+    each list's item, `len` the first list's length, and both hosts hand it back as a Python list
+    of tuples. See `tuple_lists`.
+    """
+
+    fields: tuple
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value
@@ -357,6 +372,8 @@ def describe_entry(entry: Any) -> str:
         return "a list of tensors of run-time length"
     if isinstance(entry, RaggedList):
         return f"a list of tensors of run-time length concatenated along dim {entry.dim}"
+    if isinstance(entry, TupleList):
+        return f"a list of run-time length of tuples of {len(entry.fields)}"
     tensor_type = tensor_type_of(entry)
     if tensor_type is not None:
         return f"a tensor {tensor_type.dtype}{list(tensor_type.shape)}".replace("None", "?")
@@ -368,13 +385,14 @@ def describe_entry(entry: Any) -> str:
             return "None"
         if entry.value is UNINITIALIZED:
             return "unset"
-        return f"a {type(entry.value).__name__} ({entry.value!r})"
+        name = type(entry.value).__name__
+        return f"{'an' if name == 'int' else 'a'} {name} ({entry.value!r})"
     return f"a {type(entry).__name__}"
 
 
 def _kind(entry: Any) -> str:
     """The kind two paths' values must share: "tensor", "number", "bool", "None", or the collection."""
-    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList)):
+    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList, TupleList)):
         return describe_entry(entry)
     if tensor_type_of(entry) is not None:
         return "tensor"

@@ -85,6 +85,7 @@ from .structured import (
     unflatten_entries,
 )
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
+from .tuple_lists import TupleLists
 from .values import (
     INT64_MAX,
     UNINITIALIZED,
@@ -113,7 +114,9 @@ _NONDETERMINISTIC = re.compile(
 )
 
 
-class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections):
+class _Specializer(
+    ControlFlow, TupleLists, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections
+):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
     run-time length (stacked or ragged), host scalars, PackedSequences and sizes made by data
