@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 import dycl_iree
+from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError, UnsupportedOpError
 from dycl_iree.program import ScalarType, TensorType, Value
 from dycl_iree.specialize.values import TupleEntry, structure_difference
@@ -209,6 +210,32 @@ def test_an_early_exit_returns_its_list_of_prediction_tuples(tmp_path):
             lengths.add(len(want))
     assert lengths == {1, 2, 3}, lengths
     assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
+    # One output per tuple element, stacked: what `--output` writes and the C function returns.
+    x = torch.randn(1, 8)
+    leaves = compiled.flatten_outputs(compiled(x.numpy()))
+    assert [np.shape(leaf)[1:] for leaf in leaves] == [(1, 3), (1,)]
+    described = describe_bundle(tmp_path / "exits.dycl")
+    assert "//   list(zip(list(output0), list(output1)))" in header(described)
+
+
+class NestedPredictions(nn.Module):
+    """Tuples of tuples: each exit appends `(logits, (probabilities, confidence))`."""
+
+    def forward(self, x: torch.Tensor) -> List[Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]]:
+        res: List[Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]] = []
+        res.append((x, (torch.softmax(x, 1), x.max(1)[0])))
+        if bool(x.sum() > 0):
+            return res
+        logits, (_, confidence) = res[0]
+        res.append((logits * 2.0, (torch.softmax(logits * 2.0, 1), confidence * 2.0)))
+        return res
+
+
+def test_tuples_of_tuples_are_carried_element_by_element(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, NestedPredictions(), (torch.randn(1, 3),), "nested")
+    assert bundle.manifest["outputs"]["tree"] == {"zip": [{"unstack": 0}, {"zip": [{"unstack": 1}, {"unstack": 2}]}]}
+    lengths = {len(_check_all(scripted, (compiled, python), (x,))) for x in (torch.ones(1, 3), -torch.ones(1, 3))}
+    assert lengths == {1, 2}
 
 
 def test_tuple_elements_of_different_widths_are_concatenated_with_their_widths(tmp_path):
