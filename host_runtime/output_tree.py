@@ -9,7 +9,7 @@ tree says what the model returned:
 * `{"ragged": [i, j, d]}`: a list of tensors of run-time length that differ in size along dim d,
   leaf i holding them concatenated along d and leaf j their sizes along it;
 * `{"zip": [subtree, ...]}`: a list of tuples of run-time length, the k-th subtree (a list of
-  run-time length) holding element k of every tuple;
+  run-time length, or leaf i holding a list of scalars) holding element k of every tuple;
 * `{"optional": [i, subtree]}`: an Optional decided at run time, leaf i its flag (the value's
   leaves hold a stand-in where the flag is false; the model's output is then None);
 * `{"dict": [[key, subtree], ...]}`: a dict with keys known at export, in insertion order;
@@ -217,7 +217,8 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
         check_tree(body[1], leaf_count, f"{where}.ragged[1]")
     elif kind == "zip":
         lists = ("unstack", "ragged", "zip")
-        if not (isinstance(body, list) and body and all(isinstance(t, dict) and set(t) <= set(lists) for t in body)):
+        runtime_lists = [type(t) is int or (isinstance(t, dict) and set(t) <= set(lists)) for t in body or [None]]
+        if not (isinstance(body, list) and all(runtime_lists)):
             raise TreeProblem(f"{where}.zip must list the subtrees of lists of run-time length, one per element")
         for index, item in enumerate(body):
             check_tree(item, leaf_count, f"{where}.zip[{index}]")

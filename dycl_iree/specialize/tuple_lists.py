@@ -14,8 +14,10 @@ boundaries as the lists of tensors do, on both hosts and in the compiled host, a
 Python list of tuples (the manifest's `{"zip": [subtree, ...]}`). An append is an append to each
 list, `xs[i]` the tuple of each list's item (PyTorch's index check included), `len(xs)` the first
 list's length; `for p in preds` is TorchScript's `len` and `__getitem__`. Other list operations on
-it (slices, `+`) are refused at their line. A tuple element that is not a tensor (an int exit index)
-is refused, naming the element: a list of run-time length holds tensors (`torch.tensor(i)` works).
+it (slices, `+`) are refused at their line. An int, float or bool element (the index of the exit
+taken) is a host list of run-time length, as a decoder's `List[int]` of tokens is: the compiled
+host carries a list of ints that is appended to and returned, and reading an item of one takes the
+Python host (the manifest says so). Another element (None, a string) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
-from ..program import Constant, ListArg
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
 from .schemas import source_of
-from .values import RaggedList, TupleEntry, TupleList, describe_entry, tensor_type_of
+from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, tensor_type_of
 
 
 class TupleLists:
@@ -43,7 +45,13 @@ class TupleLists:
         for index, (x, y) in enumerate(zip(fields_a, fields_b)):
             _check_element(x, index, source)
             _check_element(y, index, source)
-        pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(fields_a, fields_b)]
+        pairs = []
+        for x, y in zip(fields_a, fields_b):
+            kind = _scalar_kind(x) or _scalar_kind(y)
+            if kind is not None:  # ints, floats or bools: a host list on each path
+                pairs.append((self.host_list(x, kind, nodes_a, source), self.host_list(y, kind, nodes_b, source)))
+            else:
+                pairs.append(self.reconcile(x, y, nodes_a, nodes_b, source))
         return TupleList(tuple(x for x, _ in pairs)), TupleList(tuple(y for _, y in pairs))
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
@@ -61,6 +69,15 @@ class TupleLists:
             detail="on a list of tuples whose length is known only at run time (append, xs[i], len and `for` work)",
         )
 
+    def host_list(self, field: Any, kind: str, nodes: list, source: str) -> Value:
+        """A tuple element's ints, floats or bools as a host list (a `ListType` value, made in `nodes`)."""
+        if isinstance(field, Value):
+            return field
+        hint = tuple(hint_of(item) for item in field.items)
+        value = self.new_value(ListType(kind, hint), "items")
+        nodes.append(HostOp("prim::ListConstruct", field.items, (value,), source))
+        return value
+
     def append_to_tuple_list(self, items: TupleList, item: Any, source: str) -> TupleList:
         elements = _tuple_items(item)
         if elements is None or len(elements) != len(items.fields):
@@ -71,6 +88,10 @@ class TupleLists:
             _check_element(ListArg((element,)), index, source)
             if isinstance(field, TupleList):
                 grown.append(self.append_to_tuple_list(field, element, source))
+            elif isinstance(field, Value):  # a host list
+                value = self.new_value(ListType(field.type.element, (*field.type.hint, hint_of(element))), "items")
+                self.nodes.append(HostOp("aten::append.t", (field, element), (value,), source))
+                grown.append(value)
             elif isinstance(field, RaggedList):
                 grown.append(self.append_to_ragged(field, element, source))
             else:
@@ -83,6 +104,8 @@ class TupleLists:
         for field in items.fields:
             if isinstance(field, TupleList):
                 elements.append(self.tuple_list_item(field, index, source))
+            elif isinstance(field, Value):  # a host list: Python's IndexError past either end
+                elements.append(self.emit_host("aten::__getitem__.t", (field, index), field.type.element, source))
             elif isinstance(field, RaggedList):
                 elements.append(self.ragged_item(field, index, source))
             else:
@@ -93,6 +116,8 @@ class TupleLists:
         field = items.fields[0]
         if isinstance(field, TupleList):
             return self.tuple_list_length(field, source)
+        if isinstance(field, Value):
+            return self.emit_host("aten::len.t", (field,), "int", source)
         if isinstance(field, RaggedList):
             return self.ragged_length(field, source)
         return self.list_length(field, source)
@@ -146,14 +171,28 @@ def _fields(entry: Any, width: int) -> tuple:
     return tuple(ListArg(tuple(row[index] for row in rows)) for index in range(width))
 
 
+def _scalar_kind(field: Any) -> str | None:
+    """"int", "float" or "bool" where a tuple element's list holds such scalars (or is a host list)."""
+    if isinstance(field, Value) and isinstance(field.type, ListType):
+        return field.type.element
+    items = field.items if isinstance(field, ListArg) else ()
+    for item in items:
+        if isinstance(item, Value) and isinstance(item.type, ScalarType):
+            return item.type.kind
+        if isinstance(item, Constant) and type(item.value) in (bool, int, float):
+            return type(item.value).__name__
+    return None
+
+
 def _check_element(field: Any, index: int, source: str) -> None:
-    """A list of run-time length holds tensors (or tuples of them): refuse another element, naming it."""
+    """A list of run-time length holds tensors, tuples of them, or scalars: refuse another element,
+    naming it."""
     if not isinstance(field, ListArg):
         return
     for item in field.items:
-        if tensor_type_of(item) is None and _tuple_items(item) is None:
+        if tensor_type_of(item) is None and _tuple_items(item) is None and _scalar_kind(ListArg((item,))) is None:
             raise SpecializeError(
                 f"a list of tuples whose length depends on the path holds {describe_entry(item)} as element "
-                f"{index} of its tuples ({source}): a list of run-time length holds tensors, so make that "
-                "element a tensor (e.g. torch.tensor(i)) or keep it in a list of its own"
+                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats or "
+                "bools, so keep that element in a list of its own"
             )
