@@ -267,6 +267,56 @@ def test_a_decode_loop_collects_a_tuple_per_step_and_reads_them_back(tmp_path):
     assert 0 in trips and max(trips) > 1
 
 
+class ReturnFromLoop(nn.Module):
+    """A loop over stages that returns its predictions so far from inside the loop (`return res`
+    at the first confident stage), and the full list after it."""
+
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__()
+        self.stage = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, stages: int) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        res: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        h = x
+        for _ in range(stages):
+            h = torch.tanh(self.stage(h) + h)
+            res.append((h, h.abs().max()))
+            if bool(res[-1][1] > 0.9):
+                return res
+        return res
+
+
+class TensorsReturnedFromLoop(nn.Module):
+    """The same with a list of tensors: `return res` inside the loop."""
+
+    def forward(self, x: torch.Tensor, stages: int) -> Tuple[List[torch.Tensor], int]:
+        res: List[torch.Tensor] = []
+        h = x
+        for i in range(stages):
+            h = torch.tanh(h * 1.5 + 0.1)
+            res.append(h)
+            if bool(h.max() > 0.9):
+                return res, i
+        return res, -1
+
+
+@pytest.mark.parametrize("model_class", [ReturnFromLoop, TensorsReturnedFromLoop])
+def test_a_list_returned_from_inside_a_loop(tmp_path, model_class):
+    torch.manual_seed(4)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, model_class(), (torch.randn(1, 4), 3), model_class.__name__
+    )
+    lengths, returned_early = set(), set()
+    for stages, scale in ((0, 0.1), (1, 0.01), (6, 0.01), (6, 0.2), (6, 3.0)):
+        x = torch.randn(1, 4, generator=torch.Generator().manual_seed(stages)) * scale
+        want = _check_all(scripted, (compiled, python), (x, stages))
+        result = want if model_class is ReturnFromLoop else want[0]
+        lengths.add(len(result))
+        returned_early.add(len(result) < stages)
+    assert 0 in lengths and len(lengths) >= 3, lengths
+    assert returned_early == {True, False}
+
+
 class ExitIndexInTuple(nn.Module):
     """Each exit appends `(logits, the exit's index)`: the ints are a host list of run-time length."""
 
