@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 import dycl_iree
+from dycl_iree.cli import main as cli_main
 from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError
 from host_runtime.errors import InputError
@@ -236,3 +237,22 @@ def test_host_runtime_without_torch_runs_a_bundle_with_an_input_exported_as_none
         assert bool(got["same"])
         assert_same(got["out"], want[0])
         assert_same(got["h"], want[1])
+
+
+def cell_with_steps():
+    """A factory for the command line: the state is exported as None, the step count is an input."""
+    return Decoder(), (torch.ones(1, 4) * 0.1, None, 2)
+
+
+def test_the_command_line_reads_no_value_for_an_input_exported_as_none(tmp_path, capsys):
+    torch.manual_seed(1)
+    bundle = tmp_path / "decoder.dycl"
+    assert cli_main(["export", f"{__file__}:cell_with_steps", "-o", str(bundle)]) == 0
+    capsys.readouterr()
+    assert cli_main(["inspect", str(bundle)]) == 0
+    text = capsys.readouterr().out
+    assert "state: None (exported as None; Optional[Tensor])" in text
+    assert cli_main(["run", str(bundle)]) == 0  # the stored example inputs hold x and steps only
+    assert "compiled host" in capsys.readouterr().out
+    assert cli_main(["run", str(bundle), "--input=1x4xf32=0.1,0.2,0.3,0.4", "--input=3"]) == 0
+    assert "output: float32[1, 4]" in capsys.readouterr().out
