@@ -317,6 +317,29 @@ def test_a_list_returned_from_inside_a_loop(tmp_path, model_class):
     assert returned_early == {True, False}
 
 
+class ReturnFromNestedLoop(nn.Module):
+    """`return res` from a loop inside a loop: both loops carry whether it returned, and the list."""
+
+    def forward(self, x: torch.Tensor, n: int) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        res: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        for _ in range(n):
+            for _ in range(2):
+                x = torch.tanh(x * 1.6 + 0.05)
+                res.append((x, x.max()))
+                if bool(x.max() > 0.9):
+                    return res
+        return res
+
+
+def test_a_list_returned_from_inside_a_nested_loop(tmp_path):
+    _, scripted, compiled, python = export_compiled(tmp_path, ReturnFromNestedLoop(), (torch.randn(1, 4), 2), "nest")
+    lengths = set()
+    for scale, n in ((0.01, 0), (0.01, 1), (0.3, 5), (0.01, 5)):
+        lengths.add(len(_check_all(scripted, (compiled, python), (torch.ones(1, 4) * scale, n))))
+    # No step, one outer step (two inner ones), and returns at inner steps 2 and 1 of outer steps 3 and 5.
+    assert lengths == {0, 2, 6, 9}
+
+
 class ExitIndexInTuple(nn.Module):
     """Each exit appends `(logits, the exit's index)`: the ints are a host list of run-time length."""
 

@@ -82,12 +82,8 @@ class ControlFlow:
         if not then_raised and not else_raised:
             then_results = self.constant_tuples_apart(then_results, then_nodes, source)
             else_results = self.constant_tuples_apart(else_results, else_nodes, source)
-            pairs = [_unset_list_like(*_uninitialized_like(a, b)) for a, b in zip(then_results, else_results)]
-            pairs = [
-                (a, b) if _unset_list(a) or _unset_list(b) else self.reconcile(a, b, then_nodes, else_nodes, source)
-                for a, b in pairs
-            ]
-            pairs = [_unset_list_like(a, b) for a, b in pairs]
+            pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
+            pairs = [self.join_paths(a, b, then_nodes, else_nodes, source) for a, b in pairs]
             then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
@@ -148,6 +144,14 @@ class ControlFlow:
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
         mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+    def join_paths(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
+        """`reconcile` two paths' entries, where a list one path leaves unset (what a `return xs`
+        inside a loop returns, on a path that did not return) takes the other path's form instead."""
+        a, b = _unset_list_like(a, b)
+        if not (_unset_list(a) or _unset_list(b)):
+            a, b = self.reconcile(a, b, nodes_a, nodes_b, source)
+        return _unset_list_like(a, b)
 
     def constant_tuples_apart(self, results: list, nodes: list, source: str) -> list:
         """`results` with every tuple TorchScript folded into one constant (`(zeros, ones)` on one
@@ -288,7 +292,7 @@ class ControlFlow:
                 # An empty list's tensors take their dynamic sizes from those the loop starts from.
                 self.size_witnesses = initial_leaves
                 try:
-                    pairs = [self.reconcile(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
+                    pairs = [self.join_paths(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
                 finally:
                     self.size_witnesses = []
                 reconciled = [a for a, _ in pairs]
