@@ -157,9 +157,7 @@ def make_manifest(
             "torch": torch.__version__,
             "iree-base-compiler": version("iree-base-compiler"),
         },
-        "inputs": [
-            {"name": name, **describe_type(value.type)} for name, value in zip(program.input_names, program.inputs)
-        ],
+        "inputs": manifest_inputs(program),
         "outputs": {"tree": program.output_tree, "leaves": [describe_leaf(r) for r in model_results(program)]},
         "host": host,
         "compiled_host_unsupported": compiled_host_unsupported,
@@ -175,6 +173,23 @@ def make_manifest(
         "python_host": PYTHON_HOST,
         "program": PROGRAM_TEXT,
     }
+
+
+def manifest_inputs(program: Program) -> list[dict[str, Any]]:
+    """`forward`'s inputs in order: each taken one with its type, and each exported as None as
+    `{"kind": "none", "declared": "Optional[Tensor]", "default_none": true}` (`main` does not take
+    it; a runtime accepts only None for it, and may leave it out where `default_none`)."""
+    taken = iter(zip(program.taken_input_names, program.inputs))
+    exported_as_none = {name: (declared, default) for name, declared, default in program.none_inputs}
+    inputs = []
+    for name in program.input_names:
+        if name in exported_as_none:
+            declared, default = exported_as_none[name]
+            inputs.append({"name": name, "kind": "none", "declared": declared, "default_none": default})
+        else:
+            _, value = next(taken)
+            inputs.append({"name": name, **describe_type(value.type)})
+    return inputs
 
 
 def model_results(program: Program) -> tuple:

@@ -147,6 +147,8 @@ def _npz(inputs: Sequence[Any], names: Sequence[str]) -> bytes:
 
     arrays = {}
     for name, value in zip(names, inputs):
+        if value is None:  # an input exported as None: `run` passes None for it
+            continue
         arrays[name] = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -198,7 +200,8 @@ def _run(args: argparse.Namespace) -> int:
     from host_runtime.bundle_format import read_manifest
 
     root, manifest = read_manifest(args.bundle)
-    specs = manifest["inputs"]
+    # Inputs exported as None are read from nowhere: the model gets None there.
+    specs = [spec for spec in manifest["inputs"] if spec["kind"] != "none"]
     if args.inputs and args.input:
         raise DyclError("give the inputs either with --input or with --inputs, not both")
     if args.inputs:
@@ -217,6 +220,8 @@ def _run(args: argparse.Namespace) -> int:
     import host_runtime
 
     runner = host_runtime.load(root, device=device, host=host, record=host == "python", seed=args.seed)
+    given = iter(inputs)
+    inputs = tuple(None if spec["kind"] == "none" else next(given) for spec in manifest["inputs"])
     start = time.perf_counter()
     outputs = runner(*inputs)
     elapsed = time.perf_counter() - start
@@ -334,6 +339,8 @@ def _describe(spec: dict[str, Any]) -> str:
         return f"{spec['dtype']}[{','.join(dims)}]"
     if "constant" in spec:
         return f"{spec['kind']}={spec['constant']!r}"
+    if spec["kind"] == "none":
+        return f"None (exported as None; {spec['declared']})"
     return spec["kind"]
 
 

@@ -20,7 +20,9 @@ whose parameters are the model's inputs and outputs in C types:
   `output<i>_<key>`; an Optional decided at run time is a `bool* output<i>_has_value` flag
   followed by its value's outputs, which hold a stand-in (zeros) where the flag is false; a dict
   key the model sets on some paths only has such a flag too (`output<i>_has_value` before it);
-  None is no output at all.
+  None is no output at all;
+* an input exported as None (an `Optional` input whose example was None) is no parameter: the
+  function runs the model as called with None there, and the header says so.
 
 The runtime checks every input against the signature (rank, static sizes, dynamic sizes,
 capacity) before any device work. `<name>_run_values` is the same call with generic values, for
@@ -137,6 +139,8 @@ class CBundle:
     flagged: bool = False  # some output is an Optional's or a dict key's has_value flag
     # The model draws random numbers: the last input is the generator's state, the last output the next.
     random_state: bool = False
+    # Inputs exported as None, which the function does not take: (name, declared type).
+    none_inputs: tuple[tuple[str, str], ...] = ()
 
 
 def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None = None,
@@ -160,7 +164,10 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     stem = root.name[: -len(".dycl")] if root.name.endswith(".dycl") else root.name
     name = c_identifier(name or stem)
     taken: set[str] = set()
-    input_specs, input_labels = list(manifest["inputs"]), [spec["name"] for spec in manifest["inputs"]]
+    # An input exported as None is no argument of `main` (host_runtime/none_inputs.py).
+    none_inputs = tuple((spec["name"], spec["declared"]) for spec in manifest["inputs"] if spec["kind"] == "none")
+    input_specs = [spec for spec in manifest["inputs"] if spec["kind"] != "none"]
+    input_labels = [spec["name"] for spec in input_specs]
     leaves, tree = list(manifest["outputs"]["leaves"]), manifest["outputs"]["tree"]
     output_labels = leaf_labels(tree, len(leaves))
     random_state = bool(manifest.get("random_state"))
@@ -177,7 +184,9 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     structure = describe_tree(tree, [value.name for value in outputs])
     flagged = any(value.label.endswith("_has_value") for value in outputs)
     model, module_name = manifest["model"], manifest["module_name"]
-    return CBundle(name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state)
+    return CBundle(
+        name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state, none_inputs
+    )
 
 
 # -- the header ---------------------------------------------------------------------------------------
@@ -233,6 +242,10 @@ def header(bundle: CBundle) -> str:
         "//",
         "// Inputs:",
         *[f"//   {value.name}: {value.describe()}" for value in bundle.inputs],
+        *[
+            f"//   ({name}: {declared}, exported as None: no parameter; the model runs with {name}=None)"
+            for name, declared in bundle.none_inputs
+        ],
         "// Outputs:",
         *[f"//   {value.name}: {value.describe()}" for value in bundle.outputs],
         *_structure_lines(bundle),

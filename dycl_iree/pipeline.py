@@ -62,7 +62,8 @@ def export(
 ) -> Bundle:
     """Export a dynamic PyTorch model to a bundle that runs on IREE with its control flow intact.
 
-    `example_inputs` are tensors and Python int/float/bool in `forward` order; `dynamic_shapes`
+    `example_inputs` are tensors and Python int/float/bool in `forward` order (None for an
+    `Optional` input specializes the bundle to None there: README, Optional inputs); `dynamic_shapes`
     follows torch.export (per input, a dict from dim index to a name or a `torch.export.Dim`; the
     runtime enforces a Dim's min/max and that dims of one name are equal). Progress is logged to the
     "dycl_iree" logger (`logging.basicConfig(level=logging.INFO)` shows it); `progress`, if given,

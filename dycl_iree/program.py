@@ -215,6 +215,10 @@ class Program:
     of a result, a list is a tuple of subtrees. With `random_state`, the last of `body.params` is
     the random generator's state (two int32 words) and the last of `body.results` the state
     after the run; neither is a model input or output (`random_state.py`).
+
+    `input_names` are all of `forward`'s inputs; those in `none_inputs` (an `Optional` input whose
+    example was None) were specialized to None, as a constant, so no host takes them: their
+    `(name, declared type, whether forward defaults it to None)`. The others are `body.params`.
     """
 
     input_names: tuple[str, ...]
@@ -223,10 +227,17 @@ class Program:
     segments: tuple[Segment, ...] = ()
     name: str = "model"
     random_state: bool = False
+    none_inputs: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def inputs(self) -> tuple[Value, ...]:
         return self.body.params
+
+    @property
+    def taken_input_names(self) -> tuple[str, ...]:
+        """The names of the inputs the hosts take (`body.params`, less the random state)."""
+        dropped = {name for name, _, _ in self.none_inputs}
+        return tuple(name for name in self.input_names if name not in dropped)
 
     def segment(self, name: str) -> Segment:
         for segment in self.segments:
@@ -410,6 +421,8 @@ def format_program(program: Program) -> str:
     if program.segments:
         lines.append("")
     lines.append(f"host {program.name}({_typed(program.inputs)}):")
+    for name, declared, _ in program.none_inputs:
+        lines.append(f"    # {name}: {declared}, exported as None (a constant; no host takes it)")
     _format_block(program.body, 1, lines)
     return "\n".join(lines)
 

@@ -51,6 +51,8 @@ MANIFEST = "manifest.json"
 DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
 HOSTS = ("compiled", "python")
 _VALUE_KINDS = frozenset({"tensor", "int", "float", "bool", "list"})
+# An input may also be one the bundle was exported with as None (`none_inputs.py`): no host takes it.
+_INPUT_KINDS = _VALUE_KINDS | {"none"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -169,8 +171,9 @@ def _check_value(spec: Any, where: str, named: bool = False) -> None:
     if named:
         _key(spec, "name", str, where)
     kind = _key(spec, "kind", str, where)
-    if kind not in _VALUE_KINDS:
-        raise _Problem(f"{where}.kind {kind!r} is not one of {', '.join(sorted(_VALUE_KINDS))}")
+    kinds = _INPUT_KINDS if named else _VALUE_KINDS
+    if kind not in kinds:
+        raise _Problem(f"{where}.kind {kind!r} is not one of {', '.join(sorted(kinds))}")
     if kind == "tensor":
         dtype = _key(spec, "dtype", str, where)
         if dtype not in DTYPES:
@@ -180,6 +183,9 @@ def _check_value(spec: Any, where: str, named: bool = False) -> None:
                 raise _Problem(f"{where}.shape[{index}] must be a size or null, not {dim!r}")
     elif kind == "list":
         _key(spec, "element", str, where)
+    elif kind == "none":
+        _key(spec, "declared", str, where)
+        _key(spec, "default_none", bool, where)
 
 
 def _check_manifest(manifest: dict[str, Any]) -> None:

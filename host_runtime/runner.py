@@ -29,6 +29,7 @@ from .invoke import (
     to_scalar,
     upload,
 )
+from .none_inputs import NoneInputs
 from .output_tree import build_outputs, flatten_outputs, leaf_labels
 from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
 from .staging import InputStaging
@@ -199,7 +200,11 @@ class Runner:
             code = compile(source_path.read_text(), str(source_path), "exec")
             exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
             self._main = namespace["bind"](self.services)
-        self._inputs = self.manifest["inputs"]
+        # Inputs exported as None take only None and are removed before the checks (`none_inputs`).
+        self._none_inputs = NoneInputs.of(self.manifest["inputs"], self.manifest["model"])
+        taken = self._none_inputs.taken() if self._none_inputs else list(enumerate(self.manifest["inputs"]))
+        self._positions = [position for position, _ in taken]  # in `forward`, for the messages
+        self._inputs = [spec for _, spec in taken]
         # The compiled host's `main` takes scalars as 0-d tensors (main_abi 2); the Python host's segment
         # calls take them as the generated code passes them. The Python host uploads each tensor
         # input once, since several segments may read it. On a GPU the compiled host's inputs are
@@ -208,8 +213,8 @@ class Runner:
         on_gpu = driver not in MAPPABLE_RESULT_DRIVERS
         device = self._context.config.device if host == "python" or on_gpu else None
         self._checkers = [
-            _input_checker(i, spec, scalar_as_tensor=host == "compiled", upload_to=device)
-            for i, spec in enumerate(self._inputs)
+            _input_checker(position, spec, scalar_as_tensor=host == "compiled", upload_to=device)
+            for position, spec in taken
         ]
         self._leaves = self.manifest["outputs"]["leaves"]
         self._tree = self.manifest["outputs"]["tree"]
@@ -233,7 +238,7 @@ class Runner:
         the upload, so bad input gets the same errors.
         """
         plans = []  # per input: (check, (shape, dtype) if staged else None)
-        for position, spec in enumerate(self._inputs):
+        for position, spec in zip(self._positions, self._inputs):
             kind = spec["kind"]
             if kind in _SCALAR_DTYPES and host == "compiled":
                 layout = ((), _SCALAR_DTYPES[kind])
@@ -269,7 +274,7 @@ class Runner:
         >>> [(i.name, i.dtype, i.shape) for i in run.inputs]      # doctest: +SKIP
         [('x', 'float32', ['batch', 8])]
         """
-        return [_port(spec["name"], spec) for spec in self._inputs]
+        return [_port(spec["name"], spec) for spec in self.manifest["inputs"]]
 
     @property
     def outputs(self) -> list[Port]:
@@ -294,11 +299,13 @@ class Runner:
         """Run the model: inputs in `forward` order, or by name (`run(x=..., n=3)`), as the model takes them."""
         if named:
             inputs = self._bind(inputs, named)
+        if self._none_inputs is not None:
+            inputs = self._none_inputs.strip(inputs)
         if self._call_staged is not None:
             outputs = self._call_staged(inputs)
             if outputs is not _NOT_STAGED:
                 return outputs
-        arguments = self.check_inputs(inputs)
+        arguments = self._check_taken(inputs)
         if self._draws:
             arguments.append(self._state)
         try:
@@ -336,6 +343,12 @@ class Runner:
 
     def check_inputs(self, inputs: tuple) -> list:
         """Convert and check the inputs before any device work; InputError names the bad one."""
+        if self._none_inputs is not None:
+            inputs = self._none_inputs.strip(inputs)
+        return self._check_taken(inputs)
+
+    def _check_taken(self, inputs: tuple) -> list:
+        """`check_inputs` of the inputs the hosts take (those exported as None removed)."""
         if len(inputs) != len(self._checkers):
             names = ", ".join(spec["name"] for spec in self._inputs)
             raise InputError(f"{self.manifest['model']} takes {len(self._inputs)} inputs ({names}), got {len(inputs)}")
@@ -345,6 +358,8 @@ class Runner:
         return arguments
 
     def _bind(self, positional: tuple, named: dict[str, Any]) -> tuple:
+        if self._none_inputs is not None:
+            return self._none_inputs.bind(positional, named)
         names = [spec["name"] for spec in self._inputs]
         unknown = [name for name in named if name not in names]
         if unknown:
@@ -523,6 +538,11 @@ def _input_checker(
         def check_tensor(value: Any) -> Any:
             array = value if type(value) is np.ndarray else _to_numpy(value)
             if array is None:
+                if value is None:  # an Optional input called with None: the bundle is for a tensor there
+                    raise InputError(
+                        f"{where} must be a tensor/array, got None: the bundle was exported with a tensor "
+                        "for it (export with None for it to call it with None)"
+                    )
                 raise InputError(f"{where} must be a tensor/array, got {type(value).__name__}")
             if array.dtype is not dtype and array.dtype != dtype:  # numpy's builtin dtypes are singletons
                 raise InputError(f"{where} must have dtype {spec['dtype']}, got {array.dtype}")
@@ -580,7 +600,7 @@ class Port:
     """One input or output of a bundle, as ONNX Runtime's `get_inputs()` describes them."""
 
     name: str
-    kind: str  # "tensor", "int", "float", "bool" or "list"
+    kind: str  # "tensor", "int", "float", "bool", "list" or "none" (an input exported as None: pass None)
     dtype: str | None  # a tensor's dtype (torch's name: "float32"), else None
     shape: list | None  # a tensor's dims: an int, or a dynamic dim's name (None when it has none)
 

@@ -657,3 +657,16 @@ def test_doctor_on_good_and_bad_models(tmp_path, capsys) -> None:
     assert cli.main(["doctor", f"{path}:flat_example"]) == 1
     out = capsys.readouterr().out
     assert "1 problem" in out and "NeedsImages always raises on inputs of the example's types" in out
+
+
+class ExitsOfDifferentLengths(nn.Module):
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            return (x,)
+        return (x, x * 2.0)  # shorter-exit
+
+
+def test_returns_of_tuples_of_different_lengths_are_told_to_return_a_list() -> None:
+    message = _export_error(ExitsOfDifferentLengths())
+    assert _points_at(message, "return (x, x * 2.0)  # shorter-exit")
+    assert "returns of tuples of different lengths" in message and "List[Tuple[Tensor, Tensor]]" in message

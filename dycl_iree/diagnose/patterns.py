@@ -188,6 +188,9 @@ def _classify(
         return _loop_else_problem(frame, headline)
     if "Keyword argument as_tuple unknown" in message:
         return _nonzero_tuple_problem(frame, headline, nodes)
+    returns = _tuple_returns_problem(frame, headline)
+    if returns is not None:
+        return returns
     conditional = _conditional_attribute_problem(headline, frame, code, owner)
     if conditional is not None:
         return conditional
@@ -533,6 +536,31 @@ def _new_problem(frame: Frame, headline: str, nodes: list[ast.AST]) -> Problem:
         f"`{rewrite}`" + (" (and drop the `.zero_()`)" if zeroed and call.args else "") + "."
     )
     return _problem("the legacy constructor `Tensor.new`", frame, headline, fix)
+
+
+def _tuple_returns_problem(frame: Frame, headline: str) -> Problem | None:
+    """Two returns of tuples of different lengths (an early exit that returns fewer predictions)."""
+    found = re.search(r"returned a value of type (Tuple\[.*\]) but this return statement returns a value of type "
+                      r"(Tuple\[.*\])", headline)
+    if found is None or _tuple_length(found.group(1)) == _tuple_length(found.group(2)):
+        return None
+    fix = (
+        "TorchScript types a tuple's length, so every return must give a tuple of one length. Return a list "
+        "instead, whose length may differ per exit: append each exit's prediction (`res: List[Tensor] = []`, "
+        "`res.append(logits)`, or `List[Tuple[Tensor, Tensor]]` for one tuple per exit) and `return res`; the "
+        "bundle returns it as PyTorch does. Or give every return the same length, with None (and an Optional "
+        "annotation) where an exit has nothing."
+    )
+    return _problem("returns of tuples of different lengths", frame, headline, fix)
+
+
+def _tuple_length(annotation: str) -> int:
+    """How many elements `Tuple[...]` has: its top-level commas, plus one."""
+    depth, commas = 0, 0
+    for character in annotation[len("Tuple[") : -1]:
+        depth += {"[": 1, "]": -1}.get(character, 0)
+        commas += character == "," and depth == 0
+    return commas + 1
 
 
 def _loop_else_problem(frame: Frame, headline: str) -> Problem:

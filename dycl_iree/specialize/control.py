@@ -13,7 +13,21 @@ from typing import Any
 import torch
 
 from ..errors import DyclError, SpecializeError
-from ..program import STAND_IN, Arg, Block, Constant, HostOp, If, ListType, Loop, ScalarType, TensorType, Type, Value
+from ..program import (
+    STAND_IN,
+    Arg,
+    Block,
+    Constant,
+    HostOp,
+    If,
+    ListArg,
+    ListType,
+    Loop,
+    ScalarType,
+    TensorType,
+    Type,
+    Value,
+)
 from .aliasing import mutated_outer
 from .mutation import mark_stale
 from .schemas import source_of
@@ -30,7 +44,10 @@ from .structured import (
 from .values import (
     INT64_MAX,
     UNINITIALIZED,
+    RaggedList,
+    TensorList,
     TupleEntry,
+    TupleList,
     is_none,
     join_types,
     same_constant,
@@ -66,7 +83,7 @@ class ControlFlow:
             then_results = self.constant_tuples_apart(then_results, then_nodes, source)
             else_results = self.constant_tuples_apart(else_results, else_nodes, source)
             pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
-            pairs = [self.reconcile(a, b, then_nodes, else_nodes, source) for a, b in pairs]
+            pairs = [self.join_paths(a, b, then_nodes, else_nodes, source) for a, b in pairs]
             then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
@@ -127,6 +144,14 @@ class ControlFlow:
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
         mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+    def join_paths(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
+        """`reconcile` two paths' entries, where a list one path leaves unset (what a `return xs`
+        inside a loop returns, on a path that did not return) takes the other path's form instead."""
+        a, b = _unset_list_like(a, b)
+        if not (_unset_list(a) or _unset_list(b)):
+            a, b = self.reconcile(a, b, nodes_a, nodes_b, source)
+        return _unset_list_like(a, b)
 
     def constant_tuples_apart(self, results: list, nodes: list, source: str) -> list:
         """`results` with every tuple TorchScript folded into one constant (`(zeros, ones)` on one
@@ -256,7 +281,7 @@ class ControlFlow:
             if result_structure != structure or set_in_body:
                 # A `return` inside the loop: TorchScript carries the returned tuple, uninitialized
                 # until the body returns; it takes the structure of what the body returns.
-                adapted = [_uninitialized_like(a, b)[0] for a, b in zip(initial, results[1:])]
+                adapted = [_unset_list_like(*_uninitialized_like(a, b))[0] for a, b in zip(initial, results[1:])]
                 if flatten_entries(adapted)[1] != structure:
                     initial = adapted
                     initial_leaves, structure = flatten_entries(initial)
@@ -267,7 +292,7 @@ class ControlFlow:
                 # An empty list's tensors take their dynamic sizes from those the loop starts from.
                 self.size_witnesses = initial_leaves
                 try:
-                    pairs = [self.reconcile(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
+                    pairs = [self.join_paths(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
                 finally:
                     self.size_witnesses = []
                 reconciled = [a for a, _ in pairs]
@@ -349,6 +374,40 @@ def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
         return entry
 
     return like(a, b), like(b, a)
+
+
+def _unset_list_like(a: Any, b: Any) -> tuple[Any, Any]:
+    """A list that one side of a branch leaves uninitialized (what a `return xs` inside a loop
+    returns, on the side that did not return) takes the structure of the other side's list, once
+    that is reconciled (a list of run-time length by then, in the loop's later visits)."""
+    if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
+        pairs = [_unset_list_like(x, y) for x, y in zip(a.items, b.items)]
+        return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
+    lists = (ListArg, TensorList, RaggedList, TupleList)
+    if _wholly_unset(a) and isinstance(b, lists) and not _wholly_unset(b):
+        return unset_like(b), b
+    if _wholly_unset(b) and isinstance(a, lists) and not _wholly_unset(a):
+        return a, unset_like(a)
+    return a, b
+
+
+def _unset_list(entry: Any) -> bool:
+    """An unset list, or a tuple of unset values (what a `return` inside a loop leaves unset): it has
+    nothing to reconcile with the other side, whose structure it takes (`_unset_list_like`)."""
+    return isinstance(entry, (ListArg, TensorList, RaggedList, TupleList, TupleEntry)) and _wholly_unset(entry)
+
+
+def _wholly_unset(entry: Any) -> bool:
+    """Uninitialized, or a list whose every part is (the stand-in of an unset list)."""
+    if isinstance(entry, (ListArg, TupleEntry)):
+        return bool(entry.items) and all(_wholly_unset(item) for item in entry.items)
+    if isinstance(entry, TensorList):
+        return _unset(entry.value)
+    if isinstance(entry, RaggedList):
+        return _unset(entry.value)
+    if isinstance(entry, TupleList):
+        return all(_wholly_unset(field) for field in entry.fields)
+    return _unset(entry)
 
 
 def _carried_type(leaf: Any, source: str) -> Any:

@@ -50,7 +50,7 @@ from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
 from .aliasing import note_inner_lists
 from .schemas import source_of
-from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, is_none
+from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, TupleList, is_none
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,10 @@ def unset_like(entry: Any) -> Any:
         return RecordEntry(entry.kind, entry.name, entry.keys, items, entry.identity)
     if isinstance(entry, TensorList):
         return TensorList(Constant(UNINITIALIZED))
+    if isinstance(entry, RaggedList):
+        return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim)
+    if isinstance(entry, TupleList):
+        return TupleList(tuple(unset_like(field) for field in entry.fields))
     return Constant(UNINITIALIZED)
 
 
@@ -220,6 +224,8 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, RaggedList):
             leaves.extend((entry.value, entry.sizes))
             return ("ragged_list", (), entry.dim)
+        if isinstance(entry, TupleList):
+            return ("tuple_list", tuple(walk(field) for field in entry.fields), None)
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
@@ -250,6 +256,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
             present = next(iterator)
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
         built = tuple(build(i) for i in items)
+        if kind == "tuple_list":
+            return TupleList(built)
         if kind == "record":
             return RecordEntry(meta[0], meta[1], meta[2], built)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
@@ -263,7 +271,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
 
     A leaf is its index; a tuple a JSON list; `{"list": [...]}` a list; `{"unstack": i}` a list of
     run-time length (leaf i holds it stacked on dim 0); `{"ragged": [values, sizes, d]}` one whose
-    tensors differ along dim d (concatenated along it); `{"optional": [flag, subtree]}`;
+    tensors differ along dim d (concatenated along it); `{"zip": [subtree, ...]}` a list of tuples
+    of run-time length, one such list per tuple element; `{"optional": [flag, subtree]}`;
     `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
     `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
     """
@@ -318,6 +327,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
                     skip(item[1][0])
             return {"dict": pairs}
         subtrees = [build(i) for i in items]
+        if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple
+            return {"zip": subtrees}
         if kind == "list":
             return {"list": subtrees}
         if kind == "record":

@@ -283,16 +283,19 @@ class TensorLists:
             element = self.ragged_element([subject], dim, source)
             self.bind(node.output(), self.ragged_item(self.ragged_list(subject, dim, element, source), index, source))
         elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
-            stacked = self.tensor_list(subject, None, source)
-            self.check_list_index(self.list_length(stacked, source), index, source)
-            if isinstance(index, Constant) and index.value < 0:
-                length = self.list_length(stacked, source)
-                index = self.emit_host("aten::add.int", (length, index), "int", source)
-            select = overload_of("aten::select.int")
-            (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
-            self.bind(node.output(), item)
+            self.bind(node.output(), self.tensor_list_item(self.tensor_list(subject, None, source), index, source))
         else:
             self.visit_op(node)
+
+    def tensor_list_item(self, stacked: TensorList, index: Any, source: str) -> Value:
+        """`xs[i]` of a TensorList: a `select` of the stacked tensor, after PyTorch's index check."""
+        self.check_list_index(self.list_length(stacked, source), index, source)
+        if isinstance(index, Constant) and index.value < 0:
+            length = self.list_length(stacked, source)
+            index = self.emit_host("aten::add.int", (length, index), "int", source)
+        select = overload_of("aten::select.int")
+        (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
+        return item
 
 
 # PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.

@@ -68,6 +68,21 @@ class RaggedList:
     dim: int
 
 
+@dataclass(frozen=True)
+class TupleList:
+    """A `List[Tuple[Tensor, ...]]` whose length is only known at run time, kept as one list of
+    run-time length per tuple element (`fields`: TensorLists or RaggedLists of equal length).
+
+    An early exit that returns its predictions so far, each a tuple (`preds.append((logits,
+    confidence))`), makes lists of tuples whose length depends on the path: in this form each
+    element is an ordinary list of tensors, so an append is an append to each, `xs[i]` a tuple of
+    each list's item, `len` the first list's length, and both hosts hand it back as a Python list
+    of tuples. See `tuple_lists`.
+    """
+
+    fields: tuple
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value
@@ -357,6 +372,8 @@ def describe_entry(entry: Any) -> str:
         return "a list of tensors of run-time length"
     if isinstance(entry, RaggedList):
         return f"a list of tensors of run-time length concatenated along dim {entry.dim}"
+    if isinstance(entry, TupleList):
+        return f"a list of run-time length of tuples of {len(entry.fields)}"
     tensor_type = tensor_type_of(entry)
     if tensor_type is not None:
         return f"a tensor {tensor_type.dtype}{list(tensor_type.shape)}".replace("None", "?")
@@ -368,13 +385,14 @@ def describe_entry(entry: Any) -> str:
             return "None"
         if entry.value is UNINITIALIZED:
             return "unset"
-        return f"a {type(entry.value).__name__} ({entry.value!r})"
+        name = type(entry.value).__name__
+        return f"{'an' if name == 'int' else 'a'} {name} ({entry.value!r})"
     return f"a {type(entry).__name__}"
 
 
 def _kind(entry: Any) -> str:
     """The kind two paths' values must share: "tensor", "number", "bool", "None", or the collection."""
-    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList)):
+    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList, TupleList)):
         return describe_entry(entry)
     if tensor_type_of(entry) is not None:
         return "tensor"
@@ -423,8 +441,13 @@ def structure_difference(a: list, b: list, names: list[str]) -> str:
 # Entry point
 
 
-def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type]:
-    """Types of the graph inputs, from the example inputs and the dims declared dynamic."""
+def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> list[Type | None]:
+    """Types of the graph inputs, from the example inputs and the dims declared dynamic.
+
+    An `Optional` input whose example is None has no type (None): the export specializes to it
+    being None, as it specializes to the example's dtype and rank, since a None example says
+    nothing of the tensor or scalar it could be. An `Optional` input with a tensor or scalar
+    example is typed by it, as set."""
     ts_inputs = list(captured.graph.inputs())[1:]
     if len(example_inputs) != len(ts_inputs):
         raise SpecializeError(
@@ -435,6 +458,16 @@ def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: 
     types: list[Type] = []
     for name, ts_value, example, dims in zip(captured.input_names, ts_inputs, example_inputs, dynamic):
         declared = str(ts_value.type())
+        if example is None:
+            if not declared.startswith("Optional["):
+                raise SpecializeError(
+                    f"example input {name!r} is None, but {captured.name}.forward declares it {declared}: "
+                    "only an Optional input may be None"
+                )
+            types.append(None)
+            continue
+        if declared.startswith("Optional["):
+            declared = declared[len("Optional[") : -1]  # set in the example: typed as set
         if isinstance(example, torch.Tensor):
             if "Tensor" not in declared:
                 raise SpecializeError(f"input {name!r} is declared {declared} but the example is a tensor")
@@ -449,14 +482,27 @@ def input_types(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: 
             types.append(ScalarType("float", example))
         else:
             raise SpecializeError(
-                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors or "
-                "Python int, float or bool"
+                f"example input {name!r} is a {type(example).__name__}: inputs must be tensors, "
+                "Python int, float or bool, or None for an Optional input"
             )
         if isinstance(example, (bool, int, float)) and declared not in ("int", "float", "bool"):
             raise SpecializeError(
                 f"input {name!r} is declared {declared} but the example is a {type(example).__name__}"
             )
     return types
+
+
+def none_inputs(captured: CapturedModel, types: list[Type | None]) -> tuple[tuple[str, str, bool], ...]:
+    """The inputs exported as None (`input_types` gave them no type): (name, declared type, whether
+    `forward` defaults it to None, so that a call may leave it out), for the Program and manifest."""
+    arguments = captured.scripted.forward.schema.arguments[1:]  # the first is `self`
+    ts_inputs = list(captured.graph.inputs())[1:]
+    found = []
+    for name, type_, argument, ts_value in zip(captured.input_names, types, arguments, ts_inputs):
+        if type_ is None:
+            defaults_none = argument.has_default_value() and argument.default_value is None
+            found.append((name, str(ts_value.type()), defaults_none))
+    return tuple(found)
 
 
 def dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]]:

@@ -85,6 +85,7 @@ from .structured import (
     unflatten_entries,
 )
 from .tensor_lists import STRUCTURAL_LIST_OPS, TensorLists
+from .tuple_lists import TupleLists
 from .values import (
     INT64_MAX,
     UNINITIALIZED,
@@ -97,6 +98,7 @@ from .values import (
     is_dynamic,
     is_none,
     list_element_kind,
+    none_inputs,
     real_value,
     scalar_kind_of,
     scalar_list_kind,
@@ -112,7 +114,9 @@ _NONDETERMINISTIC = re.compile(
 )
 
 
-class _Specializer(ControlFlow, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections):
+class _Specializer(
+    ControlFlow, TupleLists, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections
+):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
     run-time length (stacked or ragged), host scalars, PackedSequences and sizes made by data
@@ -693,9 +697,10 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
     ts_inputs = list(captured.graph.inputs())[1:]
-    params = tuple(spec.new_value(t, name) for t, name in zip(types, captured.input_names))
-    for ts_value, value in zip(ts_inputs, params):
-        spec.bind(ts_value, value)
+    bound = [Constant(None) if t is None else spec.new_value(t, name) for t, name in zip(types, captured.input_names)]
+    for ts_value, entry in zip(ts_inputs, bound):
+        spec.bind(ts_value, entry)
+    params = tuple(entry for entry in bound if isinstance(entry, Value))
     spec.visit_nodes(captured.graph.nodes())
     if spec.raised:
         raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
@@ -713,7 +718,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
                 "outputs must be tensors, scalars or tuples of them"
             )
     body = Block(params, tuple(spec.nodes), tuple(leaves))
-    return Program(captured.input_names, body, tree, (), captured.name)
+    return Program(captured.input_names, body, tree, (), captured.name, none_inputs=none_inputs(captured, types))
 
 
 _HANDLERS = {

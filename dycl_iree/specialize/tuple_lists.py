@@ -1,0 +1,198 @@
+"""Specialize's lists of tuples whose length is known only at run time (`TupleList`s).
+
+Early-exit networks return what they predicted so far, and a prediction is often a tuple: RaNet-style
+code appends `(logits, confidence)` at each exit and returns the list from the exit it takes, so the
+list has one tuple per exit taken; a decode loop with `break` collects `(token_scores, state)` per
+step. TorchScript types a tuple's length, so two paths never return tuples of different lengths;
+what differs per path is how many tuples such a list holds.
+
+A list of tuples of run-time length is carried as a tuple of lists: element k of every tuple goes
+into the k-th list, itself a list of run-time length of its own kind (`TensorList` when its tensors
+share a shape, `RaggedList` when they differ in one dim, a `TupleList` again for tuples of tuples).
+So the kind adds no representation of its own: each element crosses branches, loops and segment
+boundaries as the lists of tensors do, on both hosts and in the compiled host, and comes back as a
+Python list of tuples (the manifest's `{"zip": [subtree, ...]}`). An append is an append to each
+list, `xs[i]` the tuple of each list's item (PyTorch's index check included), `len(xs)` the first
+list's length; `for p in preds` is TorchScript's `len` and `__getitem__`. Other list operations on
+it (slices, `+`) are refused at their line. An int, float or bool element (the index of the exit
+taken) is a host list of run-time length, as a decoder's `List[int]` of tokens is: the compiled
+host carries a list of ints that is appended to and returned, and reading an item of one takes the
+Python host (the manifest says so). Another element (None, a string) is refused, naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import SpecializeError, UnsupportedOpError
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from .schemas import source_of
+from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, tensor_type_of
+
+
+class TupleLists:
+    """Lists of tuples of run-time length (a mixin of the specializer, before the other list kinds)."""
+
+    def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
+        """Two paths' lists of tuples whose lengths differ become TupleLists on both paths: each
+        element's lists are reconciled as lists of tensors are (stacked or concatenated)."""
+        width = _tuple_list_width(a, b)
+        if width is None:
+            return super().reconcile(a, b, nodes_a, nodes_b, source)
+        fields_a, fields_b = _fields(a, width), _fields(b, width)
+        for index, (x, y) in enumerate(zip(fields_a, fields_b)):
+            _check_element(x, index, source)
+            _check_element(y, index, source)
+        pairs = []
+        for x, y in zip(fields_a, fields_b):
+            kind = _scalar_kind(x) or _scalar_kind(y)
+            if kind is not None:  # ints, floats or bools: a host list on each path
+                pairs.append((self.host_list(x, kind, nodes_a, source), self.host_list(y, kind, nodes_b, source)))
+            else:
+                pairs.append(self.reconcile(x, y, nodes_a, nodes_b, source))
+        return TupleList(tuple(x for x, _ in pairs)), TupleList(tuple(y for _, y in pairs))
+
+    def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
+        """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused."""
+        if not any(isinstance(entry, TupleList) for entry in entries):
+            return super().refuse_structured(node, entries, source)
+        if node.kind() == "aten::append" and isinstance(entries[0], TupleList):
+            grown = self.append_to_tuple_list(entries[0], entries[1], source)
+            self.bind(node.inputsAt(0), grown)
+            self.bind(node.output(), grown)
+            return True
+        raise UnsupportedOpError(
+            node.kind(),
+            source,
+            detail="on a list of tuples whose length is known only at run time (append, xs[i], len and `for` work)",
+        )
+
+    def host_list(self, field: Any, kind: str, nodes: list, source: str) -> Value:
+        """A tuple element's ints, floats or bools as a host list (a `ListType` value, made in `nodes`)."""
+        if isinstance(field, Value):
+            return field
+        hint = tuple(hint_of(item) for item in field.items)
+        value = self.new_value(ListType(kind, hint), "items")
+        nodes.append(HostOp("prim::ListConstruct", field.items, (value,), source))
+        return value
+
+    def append_to_tuple_list(self, items: TupleList, item: Any, source: str) -> TupleList:
+        elements = _tuple_items(item)
+        if elements is None or len(elements) != len(items.fields):
+            width = len(items.fields)
+            raise SpecializeError(f"appending {describe_entry(item)} to a list of tuples of {width} ({source})")
+        grown = []
+        for index, (field, element) in enumerate(zip(items.fields, elements)):
+            _check_element(ListArg((element,)), index, source)
+            if isinstance(field, TupleList):
+                grown.append(self.append_to_tuple_list(field, element, source))
+            elif isinstance(field, Value):  # a host list
+                value = self.new_value(ListType(field.type.element, (*field.type.hint, hint_of(element))), "items")
+                self.nodes.append(HostOp("aten::append.t", (field, element), (value,), source))
+                grown.append(value)
+            elif isinstance(field, RaggedList):
+                grown.append(self.append_to_ragged(field, element, source))
+            else:
+                grown.append(self.append_to_tensor_list(field, element, source))
+        return TupleList(tuple(grown))
+
+    def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry:
+        """`xs[i]`: the tuple of each element's list's item i."""
+        elements = []
+        for field in items.fields:
+            if isinstance(field, TupleList):
+                elements.append(self.tuple_list_item(field, index, source))
+            elif isinstance(field, Value):  # a host list: Python's IndexError past either end
+                elements.append(self.emit_host("aten::__getitem__.t", (field, index), field.type.element, source))
+            elif isinstance(field, RaggedList):
+                elements.append(self.ragged_item(field, index, source))
+            else:
+                elements.append(self.tensor_list_item(field, index, source))
+        return TupleEntry(tuple(elements))
+
+    def tuple_list_length(self, items: TupleList, source: str) -> Any:
+        field = items.fields[0]
+        if isinstance(field, TupleList):
+            return self.tuple_list_length(field, source)
+        if isinstance(field, Value):
+            return self.emit_host("aten::len.t", (field,), "int", source)
+        if isinstance(field, RaggedList):
+            return self.ragged_length(field, source)
+        return self.list_length(field, source)
+
+    def visit_getitem(self, node: torch._C.Node) -> None:
+        subject = self.entry(node.inputsAt(0))
+        if not isinstance(subject, TupleList):
+            return super().visit_getitem(node)
+        self.bind(node.output(), self.tuple_list_item(subject, self.entry(node.inputsAt(1)), source_of(node)))
+        return None
+
+    def visit_len(self, node: torch._C.Node) -> None:
+        subject = self.entry(node.input())
+        if not isinstance(subject, TupleList):
+            return super().visit_len(node)
+        self.bind(node.output(), self.tuple_list_length(subject, source_of(node)))
+        return None
+
+
+def _tuple_items(entry: Any) -> tuple | None:
+    """The items of a tuple entry, or of a tuple TorchScript folded into a constant; None otherwise."""
+    if isinstance(entry, TupleEntry):
+        return entry.items
+    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
+        return tuple(Constant(item) for item in entry.value)
+    return None
+
+
+def _tuple_list_width(a: Any, b: Any) -> int | None:
+    """How many elements the tuples of two paths' lists have, where the two lists are lists of tuples
+    that must become TupleLists (one already is, or their lengths differ); else None."""
+    if not all(isinstance(entry, (ListArg, TupleList)) for entry in (a, b)):
+        return None
+    if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
+        return None  # item by item, as a fixed-length list
+    for entry in (a, b):
+        if isinstance(entry, TupleList):
+            return len(entry.fields)
+        for item in entry.items:
+            items = _tuple_items(item)
+            if items is not None:
+                return len(items)
+    return None
+
+
+def _fields(entry: Any, width: int) -> tuple:
+    """A list of tuples as one list per element (a TupleList's own lists)."""
+    if isinstance(entry, TupleList):
+        return entry.fields
+    rows = [_tuple_items(item) for item in entry.items]
+    return tuple(ListArg(tuple(row[index] for row in rows)) for index in range(width))
+
+
+def _scalar_kind(field: Any) -> str | None:
+    """"int", "float" or "bool" where a tuple element's list holds such scalars (or is a host list)."""
+    if isinstance(field, Value) and isinstance(field.type, ListType):
+        return field.type.element
+    items = field.items if isinstance(field, ListArg) else ()
+    for item in items:
+        if isinstance(item, Value) and isinstance(item.type, ScalarType):
+            return item.type.kind
+        if isinstance(item, Constant) and type(item.value) in (bool, int, float):
+            return type(item.value).__name__
+    return None
+
+
+def _check_element(field: Any, index: int, source: str) -> None:
+    """A list of run-time length holds tensors, tuples of them, or scalars: refuse another element,
+    naming it."""
+    if not isinstance(field, ListArg):
+        return
+    for item in field.items:
+        if tensor_type_of(item) is None and _tuple_items(item) is None and _scalar_kind(ListArg((item,))) is None:
+            raise SpecializeError(
+                f"a list of tuples whose length depends on the path holds {describe_entry(item)} as element "
+                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats or "
+                "bools, so keep that element in a list of its own"
+            )
