@@ -322,8 +322,8 @@ class _Specializer(
         """Visit a TorchScript function's graph with `arguments` bound to its inputs; its result.
 
         The graph's values are numbered apart from the model's, so it gets its own environment."""
-        saved = (self.env, self.views, self.unlinked_views, self.mutated_lists)
-        self.env, self.views, self.unlinked_views = {}, {}, set()
+        saved = (self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists)
+        self.env, self.views, self.unlinked_views, self.inner_lists = {}, {}, set(), {}
         self.mutated_lists = collect_mutated_lists(graph)
         try:
             for ts_value, entry in zip(graph.inputs(), arguments):
@@ -331,7 +331,7 @@ class _Specializer(
             self.visit_nodes(graph.nodes())
             return self.entry(next(graph.outputs()))
         finally:
-            self.env, self.views, self.unlinked_views, self.mutated_lists = saved
+            self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists = saved
 
     def visit_uninitialized(self, node: torch._C.Node) -> None:
         self.bind(node.output(), Constant(UNINITIALIZED))
