@@ -1,0 +1,64 @@
+"""`benchmarks/compile_flags.py`, run on a small ResNet-18 (width 8, 64x64) with one extra flag.
+
+The script recompiles the exporter's own module per variant; these check that each variant is the
+exported model with only its flags added (its bundle's manifest says so, its outputs match eager by
+the benchmark's rule), that the AVX2 mode restores what it patches, and that the timing alternates.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dycl_iree import compile as compiling
+from dycl_iree import cpu_features
+from dycl_iree.bench.outputs import Float64Reference
+from models.imagenet import resnet18
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_flags.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("compile_flags_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_variants_are_the_exported_module_with_their_flags(script, tmp_path):
+    model, example = resnet18(width=8, resolution=64)
+    named = ["--iree-opt-level=O2", "--iree-opt-generalize-matmul=false"]
+    variants = {script.BASELINE: [], "O2, matmuls kept named": named, "bad": ["--iree-no-such-flag=1"]}
+    built = script.export_variants(model.eval(), example, None, variants, tmp_path)
+    assert list(built) == list(variants)
+    assert "no-such-flag" in built.pop("bad")["error"]  # a flag iree-compile rejects fails only its variant
+    with torch.no_grad():
+        expected = [model(*example)]
+    for name, item in built.items():
+        worst, reason = script.check(item["run"], [example], expected, Float64Reference(model))
+        assert reason is None and worst < 1e-4, (name, reason, worst)
+        assert item["compile_wall"] > 0
+    saved = sorted(tmp_path.glob("variant-*.dycl"))
+    manifests = [json.loads((path / "manifest.json").read_text()) for path in saved]
+    assert [manifest["targets"]["llvm-cpu"]["flags"] for manifest in manifests] == [
+        compiling.target_flags("llvm-cpu"),
+        compiling.target_flags("llvm-cpu") + named,
+    ]
+    times = script.time_alternating({name: item["run"] for name, item in built.items()}, example, rounds=2)
+    assert {name: len(series) for name, series in times.items()} == {name: 2 for name in built}
+
+
+def test_avx2_mode_patches_and_restores(script):
+    flags, probe = list(compiling.TARGETS["llvm-cpu"]), cpu_features.has_avx512
+    with script.exporting_for("znver3"):
+        assert "--iree-llvmcpu-target-cpu=znver3" in compiling.target_flags("llvm-cpu")
+        assert not any(flag.startswith("--iree-opt-data-tiling") for flag in compiling.target_flags("llvm-cpu"))
+    assert compiling.TARGETS["llvm-cpu"] == flags and cpu_features.has_avx512 is probe
+    assert script._parse_variant("O2=--iree-opt-level=O2,--x=1") == ("O2", ["--iree-opt-level=O2", "--x=1"])
