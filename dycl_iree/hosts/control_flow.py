@@ -119,9 +119,12 @@ class ControlFlowEmitter:
         read = _values_read(node.body)
         unread = [False] + [param not in read for param in node.body.params[1:]]
         # ... and the values the body makes larger (`_grows`), in nested loops too.
+        # A list of tensors that starts empty in a loop with an exit grows however the example went
+        # (seed 75127: appended after an inner loop, on a path the example did not take).
+        empty = [not for_like and enclosing == 0 and _starts_empty(arg) for arg in node.initial]
         grown = [False] + [
-            grows or isinstance(param.type, ListType) or ((for_like or hold) and _grows(param, result))
-            for param, result, hold in zip(node.body.params[1:], node.body.results[1:], held)
+            grows or starts_empty or isinstance(param.type, ListType) or ((for_like or hold) and _grows(param, result))
+            for param, result, hold, starts_empty in zip(node.body.params[1:], node.body.results[1:], held, empty)
         ]
         # A held tensor the body does not grow passes only its sizes through barriers at the top:
         # behind a barrier of its own, a tensor computed before the loop reached the body as zeros
@@ -535,6 +538,12 @@ def _grows(param: Value, result: Arg) -> bool:
     if not isinstance(result.type, TensorType) or None not in param.type.shape:
         return False
     return any(d is None and b > a for d, a, b in zip(param.type.shape, param.type.hint, result.type.hint))
+
+
+def _starts_empty(arg: Arg) -> bool:
+    """Whether a loop's initial value is a tensor with no rows (a list of tensors that starts as `[]`,
+    carried stacked or concatenated, or the sizes of its pieces)."""
+    return isinstance(arg, Value) and isinstance(arg.type, TensorType) and arg.type.hint[:1] == (0,)
 
 
 def _enters_with_a_known_size(arg: Arg) -> bool:

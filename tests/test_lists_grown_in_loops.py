@@ -1,0 +1,60 @@
+"""A list of tensors that starts empty and grows in a loop with an exit, on a path the example did
+not take in the first step (fuzzer seed 75127), against PyTorch on both hosts."""
+
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import torch
+from torch import nn
+
+import dycl_iree
+
+
+class _KeepRefined(nn.Module):
+    """Refine the rows until they are small; each refinement (an inner search with a `break`) is kept
+    and returned concatenated with the final rows (seed 75127, cut down). With a batch other than the
+    example's, the compiled host failed with OUT_OF_RANGE ("attempted to access an address outside
+    of the valid buffer range ... buffer byte_length=64") once the list had more than one piece: the
+    list's buffer was sized as if it could not grow. A list that starts empty in a loop with an exit
+    now passes a barrier with its sizes at the top of the body."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        kept: List[torch.Tensor] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        for _ in range(5):
+            h = h * torch.softmax(h, -1).max()
+            if not bool(h.norm() > 0.16):
+                h = h + h[0, 1] * 0.25
+                break
+            else:
+                for _ in range(5):
+                    h = torch.relu(h) - 0.25
+                    h = h * torch.softmax(h, -1).max()
+                    if (h > -0.052).any().item():
+                        break
+                kept.append(h * 0.5)
+                h = h + h[0, 1] * 0.25
+        return h, torch.cat(kept + [h], 0)
+
+
+def test_a_list_that_starts_empty_grows_in_a_loop_with_a_break(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = _KeepRefined().eval()
+    generator = torch.Generator().manual_seed(5)
+    example = torch.randn(3, 4, generator=generator)
+    bundle = dycl_iree.export(model, (example,), dynamic_shapes={"x": {0: "batch"}})
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "kept.dycl")
+    inputs = [example] + [torch.randn(1 + i % 4, 4, generator=generator) * (0.5 + i) for i in range(10)]
+    inputs.append(torch.full((2, 4), 0.01))  # small rows: the `break` at the first step
+    pieces = {model(x)[1].shape[0] // x.shape[0] - 1 for x in inputs}
+    assert 0 in pieces and max(pieces) >= 2, pieces  # the break at once, and a list of several pieces
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host)
+        for x in inputs:
+            want_h, want_all = model(x)
+            got_h, got_all = run(x.numpy())
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+            np.testing.assert_allclose(got_all, want_all.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
