@@ -23,6 +23,21 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+# The start of a script run in a subprocess as an edge device without torch would run it: any
+# import of torch or torch_mlir raises.
+NO_TORCH_GUARD = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch.") or name.startswith("torch_mlir"):
+            raise ImportError("torch is not installed on this device")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
 @dataclass
 class Exported:
     name: str

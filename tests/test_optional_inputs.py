@@ -32,7 +32,7 @@ from dycl_iree.cli import main as cli_main
 from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError
 from host_runtime.errors import InputError
-from tests.conftest import assert_same
+from tests.conftest import NO_TORCH_GUARD, assert_same
 from tests.conftest import export_compiled as _export
 
 
@@ -187,18 +187,8 @@ def test_the_c_function_takes_no_parameter_for_an_input_exported_as_none(tmp_pat
     assert "const float* x," in text and "state" not in text.split("_run(")[1].split(";")[0]
 
 
-_NO_TORCH = textwrap.dedent(
-    """
-    import sys
-
-    class NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch.") or name.startswith("torch_mlir"):
-                raise ImportError("torch is not installed on this device")
-            return None
-
-    sys.meta_path.insert(0, NoTorch())
-    import numpy as np
+_NO_TORCH = NO_TORCH_GUARD + textwrap.dedent(
+    """    import numpy as np
     import host_runtime
 
     bundle, inputs_file, outputs_file, host = sys.argv[1:5]

@@ -9,20 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .conftest import flatten
+from .conftest import NO_TORCH_GUARD, flatten
 
-_RUNNER = textwrap.dedent(
-    """
-    import sys
-
-    class NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch.") or name.startswith("torch_mlir"):
-                raise ImportError("torch is not installed on this device")
-            return None
-
-    sys.meta_path.insert(0, NoTorch())
-    try:
+_RUNNER = NO_TORCH_GUARD + textwrap.dedent(
+    """    try:
         import torch  # noqa: F401
     except ImportError:
         pass
