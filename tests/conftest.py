@@ -153,3 +153,31 @@ def assert_same(got: Any, want: Any) -> None:
         assert type(got) is float and got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
     else:
         assert type(got) is type(want) and got == want, (got, want)
+
+
+def check_hosts(scripted: Any, hosts: list, inputs: tuple) -> Any:
+    """Run `inputs` through the scripted model and every host; each host's outputs equal PyTorch's."""
+    with torch.no_grad():
+        want = scripted(*inputs)
+    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
+    for host in hosts:
+        assert_same(host(*arrays), want)
+    return want
+
+
+def run_without_torch(script: Path, *arguments: str) -> Any:
+    """Run `script` (which starts with `NO_TORCH_GUARD`) in a fresh Python on `arguments`, from the
+    repository's root with nothing but it on the path; assert it exits 0 and return the run."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, str(script), *arguments],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result

@@ -29,7 +29,7 @@ from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError, UnsupportedOpError
 from dycl_iree.program import ScalarType, TensorType, Value
 from dycl_iree.specialize.values import TupleEntry, structure_difference
-from tests.conftest import assert_same, export_compiled
+from tests.conftest import check_hosts, export_compiled
 
 
 class ResetState(nn.Module):
@@ -188,14 +188,6 @@ class StepScores(nn.Module):
         return steps, total
 
 
-def _check_all(scripted, hosts, inputs):
-    with torch.no_grad():
-        want = scripted(*inputs)
-    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
-    for host in hosts:
-        assert_same(host(*arrays), want)
-    return want
-
 
 def test_an_early_exit_returns_its_list_of_prediction_tuples(tmp_path):
     torch.manual_seed(0)
@@ -205,7 +197,7 @@ def test_an_early_exit_returns_its_list_of_prediction_tuples(tmp_path):
     for scale in (0.3, 3.0, 10.0):
         for seed in range(6):
             x = torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)) * scale
-            want = _check_all(scripted, (compiled, python), (x,))
+            want = check_hosts(scripted, (compiled, python), (x,))
             assert all(isinstance(item, tuple) and len(item) == 2 for item in want)
             lengths.add(len(want))
     assert lengths == {1, 2, 3}, lengths
@@ -234,7 +226,7 @@ class NestedPredictions(nn.Module):
 def test_tuples_of_tuples_are_carried_element_by_element(tmp_path):
     bundle, scripted, compiled, python = export_compiled(tmp_path, NestedPredictions(), (torch.randn(1, 3),), "nested")
     assert bundle.manifest["outputs"]["tree"] == {"zip": [{"unstack": 0}, {"zip": [{"unstack": 1}, {"unstack": 2}]}]}
-    lengths = {len(_check_all(scripted, (compiled, python), (x,))) for x in (torch.ones(1, 3), -torch.ones(1, 3))}
+    lengths = {len(check_hosts(scripted, (compiled, python), (x,))) for x in (torch.ones(1, 3), -torch.ones(1, 3))}
     assert lengths == {1, 2}
 
 
@@ -248,7 +240,7 @@ def test_tuple_elements_of_different_widths_are_concatenated_with_their_widths(t
     lengths = set()
     for seed in range(12):
         x = torch.randn(1, 8, generator=torch.Generator().manual_seed(seed))
-        want = _check_all(scripted, (compiled, python), (x,))
+        want = check_hosts(scripted, (compiled, python), (x,))
         lengths.add(len(want[0]))
         assert [item[1].shape[1] for item in want[0]] == [8, 16, 24][: len(want[0])]
     assert lengths == {2, 3}, lengths
@@ -260,7 +252,7 @@ def test_a_decode_loop_collects_a_tuple_per_step_and_reads_them_back(tmp_path):
     lengths = set()
     for n, scale in ((0, 0.1), (1, 0.1), (5, 0.05), (6, 3.0)):
         x = torch.randn(1, 4, generator=torch.Generator().manual_seed(n)) * scale
-        steps, _ = _check_all(scripted, (compiled, python), (x, n))
+        steps, _ = check_hosts(scripted, (compiled, python), (x, n))
         lengths.add(len(steps))
     assert 0 in lengths and len(lengths) >= 3, lengths
     trips = [count for counts in python.trip_counts.values() for count in counts]
@@ -309,7 +301,7 @@ def test_a_list_returned_from_inside_a_loop(tmp_path, model_class):
     lengths, returned_early = set(), set()
     for stages, scale in ((0, 0.1), (1, 0.01), (6, 0.01), (6, 0.2), (6, 3.0)):
         x = torch.randn(1, 4, generator=torch.Generator().manual_seed(stages)) * scale
-        want = _check_all(scripted, (compiled, python), (x, stages))
+        want = check_hosts(scripted, (compiled, python), (x, stages))
         result = want if model_class is ReturnFromLoop else want[0]
         lengths.add(len(result))
         returned_early.add(len(result) < stages)
@@ -335,7 +327,7 @@ def test_a_list_returned_from_inside_a_nested_loop(tmp_path):
     _, scripted, compiled, python = export_compiled(tmp_path, ReturnFromNestedLoop(), (torch.randn(1, 4), 2), "nest")
     lengths = set()
     for scale, n in ((0.01, 0), (0.01, 1), (0.3, 5), (0.01, 5)):
-        lengths.add(len(_check_all(scripted, (compiled, python), (torch.ones(1, 4) * scale, n))))
+        lengths.add(len(check_hosts(scripted, (compiled, python), (torch.ones(1, 4) * scale, n))))
     # No step, one outer step (two inner ones), and returns at inner steps 2 and 1 of outer steps 3 and 5.
     assert lengths == {0, 2, 6, 9}
 
@@ -355,7 +347,7 @@ def test_an_int_element_is_a_host_list_beside_the_stacked_tensors(tmp_path):
     bundle, scripted, compiled, python = export_compiled(tmp_path, ExitIndexInTuple(), (torch.randn(1, 4),), "index")
     assert bundle.manifest["outputs"]["tree"] == {"zip": [{"unstack": 0}, 1]}
     assert bundle.manifest["outputs"]["leaves"][1] == {"kind": "list", "element": "int"}
-    lengths = {len(_check_all(scripted, (compiled, python), (x,))) for x in (torch.ones(1, 4), -torch.ones(1, 4))}
+    lengths = {len(check_hosts(scripted, (compiled, python), (x,))) for x in (torch.ones(1, 4), -torch.ones(1, 4))}
     assert lengths == {1, 2}
 
 
@@ -381,7 +373,7 @@ def test_scalar_elements_read_back_take_the_python_host_which_says_why(tmp_path)
     scripted = torch.jit.script(StepLog().eval())
     lengths = set()
     for n, scale in ((4, 0.01), (0, 0.01), (4, 1.0)):
-        log, _ = _check_all(scripted, (python,), (torch.ones(1, 4) * scale, n))
+        log, _ = check_hosts(scripted, (python,), (torch.ones(1, 4) * scale, n))
         lengths.add(len(log))
     assert lengths == {0, 1, 4}
 

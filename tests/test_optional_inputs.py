@@ -16,10 +16,7 @@ records showing the paths taken.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
@@ -32,7 +29,7 @@ from dycl_iree.cli import main as cli_main
 from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError
 from host_runtime.errors import InputError
-from tests.conftest import NO_TORCH_GUARD, assert_same
+from tests.conftest import NO_TORCH_GUARD, assert_same, run_without_torch
 from tests.conftest import export_compiled as _export
 
 
@@ -212,17 +209,9 @@ def test_host_runtime_without_torch_runs_a_bundle_with_an_input_exported_as_none
     script.write_text(_NO_TORCH)
     x = torch.randn(1, 4)
     np.savez(inputs, x=x.numpy())
-    root = Path(__file__).resolve().parent.parent
     want = _want(scripted, x)
     for host in ("compiled", "python"):
-        result = subprocess.run(
-            [sys.executable, str(script), str(tmp_path / "cell_edge.dycl"), str(inputs), str(outputs), host],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
+        run_without_torch(script, str(tmp_path / "cell_edge.dycl"), str(inputs), str(outputs), host)
         got = np.load(outputs)
         assert bool(got["same"])
         assert_same(got["out"], want[0])

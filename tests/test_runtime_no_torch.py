@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
-from .conftest import NO_TORCH_GUARD, flatten
+from .conftest import NO_TORCH_GUARD, flatten, run_without_torch
 
 _RUNNER = NO_TORCH_GUARD + textwrap.dedent(
     """    try:
@@ -37,7 +35,6 @@ def test_bundle_runs_with_numpy_and_iree_runtime_only(exported, tmp_path: Path) 
     item = exported("for_break")
     script = tmp_path / "run_without_torch.py"
     script.write_text(_RUNNER)
-    root = Path(__file__).resolve().parent.parent
     for index, sample in enumerate(item.samples()):
         x, n = sample
         inputs = tmp_path / f"in{index}.npz"
@@ -45,14 +42,7 @@ def test_bundle_runs_with_numpy_and_iree_runtime_only(exported, tmp_path: Path) 
         expected = flatten(item.reference(*sample))
         for host in ("compiled", "python"):
             outputs = tmp_path / f"out{index}{host}.npz"
-            result = subprocess.run(
-                [sys.executable, str(script), str(item.path), str(inputs), str(outputs), host],
-                capture_output=True,
-                text=True,
-                cwd=root,
-                env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-            )
-            assert result.returncode == 0, result.stderr[-2000:]
+            run_without_torch(script, str(item.path), str(inputs), str(outputs), host)
             got = np.load(outputs)
             np.testing.assert_allclose(got["y"], expected[0].numpy(), rtol=1e-5, atol=1e-6)
             assert int(got["steps"]) == expected[1]

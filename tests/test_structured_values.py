@@ -23,18 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dycl_iree
-from tests.conftest import assert_same as _same
+from tests.conftest import check_hosts
 from tests.conftest import export_compiled as _export
-
-
-def _check(scripted, hosts, inputs):
-    with torch.no_grad():
-        want = scripted(*inputs)
-    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
-    for host in hosts:
-        _same(host(*arrays), want)
-    return want
-
 
 # ---------------------------------------------------------------------------------------------
 # Optional: an auxiliary output, decoder states that start as None, Optional[int] / [float]
@@ -67,7 +57,7 @@ def test_an_optional_output_is_none_on_the_path_that_leaves_it_unset(tmp_path):
     outcomes = set()
     generator = torch.Generator().manual_seed(0)
     for scale in (0.1, 0.1, 10.0, 10.0):
-        _, aux = _check(scripted, (compiled, python), (torch.randn(1, 4, generator=generator) * scale,))
+        _, aux = check_hosts(scripted, (compiled, python), (torch.randn(1, 4, generator=generator) * scale,))
         outcomes.add(aux is None)
     assert outcomes == {True, False}
     (label,) = python.decisions
@@ -116,7 +106,7 @@ def test_decoder_state_that_starts_as_none_is_set_in_the_first_step(tmp_path):
     for sample in range(40):
         encoded = torch.randn(1, 4, generator=generator) * 3
         max_steps = 0 if sample == 0 else 4
-        state, _, _ = _check(scripted, (compiled, python), (encoded, max_steps))
+        state, _, _ = check_hosts(scripted, (compiled, python), (encoded, max_steps))
         (trips,) = python.trip_counts.values()
         exits.add("none" if state is None else ("cap" if trips[-1] == max_steps else "eos"))
         if exits == {"none", "cap", "eos"}:
@@ -171,7 +161,7 @@ def test_beam_search_with_optional_state_and_best_hypothesis(tmp_path):
     for sample in range(60):
         memory = torch.randn(1, 4, generator=generator) * 3
         max_len = 0 if sample == 0 else 5
-        best, _, _ = _check(scripted, (compiled, python), (memory, max_len))
+        best, _, _ = check_hosts(scripted, (compiled, python), (memory, max_len))
         (trips,) = python.trip_counts.values()
         if max_len == 0:
             outcomes.add("no step")  # every Optional stays None
@@ -212,7 +202,7 @@ def test_an_optional_returned_from_inside_a_loop_and_asserted_after_it(tmp_path)
     for sample in range(60):
         x, steps = torch.randn(1, 4, generator=generator) * 2, sample % 4
         try:
-            out, attention = _check(scripted, (compiled, python), (x, steps))
+            out, attention = check_hosts(scripted, (compiled, python), (x, steps))
         except torch.jit.Error:
             for host in (compiled, python):
                 with pytest.raises(dycl_iree.ModelRaised, match="no step computed an attention"):
@@ -260,7 +250,7 @@ def test_a_dict_returned_from_an_early_exit_holds_the_keys_of_its_path(tmp_path)
     keys = set()
     generator = torch.Generator().manual_seed(0)
     for scale in (0.1, 20.0, 0.5, 30.0):
-        result = _check(scripted, (compiled, python), (torch.randn(2, 4, generator=generator) * scale,))
+        result = check_hosts(scripted, (compiled, python), (torch.randn(2, 4, generator=generator) * scale,))
         keys.add(tuple(result))
     assert keys == {("out",), ("out", "aux", "score")}, keys
     (label,) = python.decisions
@@ -300,7 +290,7 @@ def test_dict_keys_set_in_a_loop_and_read_over_constant_keys(tmp_path):
     _, scripted, compiled, python = _export(tmp_path, DetectionPostprocess(), (torch.randn(1, 4), 2), "detect")
     seen = set()
     for rounds, scale in ((0, 1.0), (3, 0.1), (3, 4.0)):
-        outputs, _, _ = _check(scripted, (compiled, python), (torch.randn(1, 4) * scale, rounds))
+        outputs, _, _ = check_hosts(scripted, (compiled, python), (torch.randn(1, 4) * scale, rounds))
         seen.add(tuple(outputs))
     assert seen == {("scores",), ("scores", "boxes")}, seen
 
@@ -391,7 +381,7 @@ def test_a_namedtuple_output_comes_back_with_its_names(tmp_path):
     finished = set()
     generator = torch.Generator().manual_seed(1)
     for _ in range(60):
-        output = _check(scripted, (compiled, python), (torch.randn(1, 4, generator=generator) * 2, 3))
+        output = check_hosts(scripted, (compiled, python), (torch.randn(1, 4, generator=generator) * 2, 3))
         finished.add(output.finished)
         if finished == {True, False}:
             break
@@ -449,7 +439,8 @@ def test_a_scripted_class_is_carried_field_by_field_through_a_loop(tmp_path):
     generator = torch.Generator().manual_seed(0)
     for sample in range(40):
         max_steps = 0 if sample == 0 else 4
-        _, _, length = _check(scripted, (compiled, python), (torch.randn(1, 4, generator=generator) * 3, max_steps))
+        x = torch.randn(1, 4, generator=generator) * 3
+        _, _, length = check_hosts(scripted, (compiled, python), (x, max_steps))
         exits.add("none" if max_steps == 0 else ("cap" if length == max_steps else "eos"))
         if exits == {"none", "cap", "eos"}:
             break
