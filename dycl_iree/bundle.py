@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from host_runtime import __version__
-from host_runtime.bundle_format import FORMAT, MAIN_ABI, MANIFEST, RANDOM_STATE_ABI, VERSION, sha256_file
+from host_runtime.bundle_format import FORMAT, MAIN_ABI, MANIFEST, RANDOM_STATE_ABI, format_version, sha256_file
 from host_runtime.errors import BundleError
 
 from .program import (
@@ -143,9 +143,10 @@ def make_manifest(
                 "sources": sorted({op.source for op in segment.nodes if op.source}),
             }
         )
+    inputs = manifest_inputs(program)
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "version": format_version(inputs),
         # How the compiled host's `main` takes and returns values (host_runtime/bundle_format.py).
         "main_abi": RANDOM_STATE_ABI if program.random_state else MAIN_ABI,
         # Whether `main` and the Python host take and return the random state after the model's values.
@@ -157,7 +158,7 @@ def make_manifest(
             "torch": torch.__version__,
             "iree-base-compiler": version("iree-base-compiler"),
         },
-        "inputs": manifest_inputs(program),
+        "inputs": inputs,
         "outputs": {"tree": program.output_tree, "leaves": [describe_leaf(r) for r in model_results(program)]},
         "host": host,
         "compiled_host_unsupported": compiled_host_unsupported,

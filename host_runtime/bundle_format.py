@@ -33,8 +33,24 @@ from .output_tree import TreeProblem, check_tree
 FORMAT = "dycl_iree-bundle"
 # 2: the compiled host's `main` takes and returns scalars as 0-d tensors (MAIN_ABI 2). A runtime that
 # reads version 1 calls `main` with VM scalars; it refuses a version-2 bundle at load, by this number.
-VERSION = 2
-_VERSION_CHANGES = {2: "version 2 passes the compiled host's int, float and bool values as 0-d tensors"}
+# 3: as 2, and an input may be of kind "none" (exported with None as its example: no host takes it).
+#   Only such a bundle is written as version 3, so that a runtime that reads only version 2 refuses
+#   just those, by this number, instead of calling their manifests corrupt.
+VERSION = 3
+NONE_INPUTS_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+
+
+def format_version(inputs: list[dict[str, Any]]) -> int:
+    """The oldest format version that holds a bundle with these manifest inputs, so that a runtime
+    of an older version loads every bundle it can."""
+    return NONE_INPUTS_VERSION if any(spec["kind"] == "none" for spec in inputs) else 2
+
+
+_VERSION_CHANGES = {
+    2: "version 2 passes the compiled host's int, float and bool values as 0-d tensors",
+    3: "version 3 adds inputs exported as None",
+}
 # The calling convention of the compiled host's `main`, recorded in the manifest as `main_abi`:
 #   1 (format version 1): tensors as buffer views, int/float/bool as VM i64/f32/i32 values. IREE runtimes
 #     lay out mixed scalar arguments differently (README's traps), so it is refused.
@@ -109,11 +125,14 @@ def read_manifest(path: str | Path, expected_sha256: str | None = None) -> tuple
     version = manifest.get("version")
     if type(version) is not int:
         raise BundleError(f"{manifest_path}: corrupt manifest ('version' must be an int, not {version!r})")
-    if version != VERSION:
-        change = _VERSION_CHANGES.get(max(version, VERSION))
+    if version not in READABLE_VERSIONS:
+        # What changed between the two (a bundle older than every version read, or newer).
+        low, high = sorted((version, max(READABLE_VERSIONS) if version > VERSION else min(READABLE_VERSIONS)))
+        changes = "; ".join(_VERSION_CHANGES[v] for v in range(low + 1, high + 1) if v in _VERSION_CHANGES)
+        readable = " or ".join(map(str, READABLE_VERSIONS))
         raise BundleError(
-            f"{manifest_path}: bundle format version {version}, but this runtime reads version {VERSION}"
-            + (f" ({change})" if change else "")
+            f"{manifest_path}: bundle format version {version}, but this runtime reads version {readable}"
+            + (f" ({changes})" if changes else "")
             + "; re-export the model with this dycl_iree version, or load it with the runtime it was exported for"
         )
     problem = manifest_problem(manifest)
@@ -193,6 +212,8 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
     _key(manifest, "module_name", str, "")
     for index, spec in enumerate(_key(manifest, "inputs", list, "")):
         _check_value(spec, f"inputs[{index}]", named=True)
+        if spec["kind"] == "none" and manifest["version"] < NONE_INPUTS_VERSION:
+            raise _Problem(f"inputs[{index}] is exported as None, which format version {manifest['version']} has not")
     outputs = _key(manifest, "outputs", dict, "")
     leaves = _key(outputs, "leaves", list, "outputs")
     for index, spec in enumerate(leaves):

@@ -16,6 +16,8 @@ records showing the paths taken.
 
 from __future__ import annotations
 
+import json
+import shutil
 import textwrap
 from typing import Optional, Tuple
 
@@ -28,6 +30,7 @@ import dycl_iree
 from dycl_iree.cli import main as cli_main
 from dycl_iree.emit_c import describe_bundle, header
 from dycl_iree.errors import SpecializeError
+from host_runtime.bundle_format import MANIFEST
 from host_runtime.errors import InputError
 from tests.conftest import NO_TORCH_GUARD, assert_same, run_without_torch
 from tests.conftest import export_compiled as _export
@@ -117,6 +120,32 @@ def test_an_optional_state_exported_as_none_is_no_input_of_either_host(tmp_path)
         with pytest.raises(InputError, match="takes 1 to 2 inputs"):
             host(np.ones((1, 4), np.float32), None, None)
     assert [(port.name, port.kind) for port in compiled.inputs] == [("x", "tensor"), ("state", "none")]
+    _check_the_format_version_of_an_input_exported_as_none(tmp_path / "cell.dycl", tmp_path)
+
+
+def _check_the_format_version_of_an_input_exported_as_none(path, tmp_path):
+    """Such a bundle is format version 3: a runtime that reads only version 2 refuses it by that
+    number (not as a corrupt manifest), and a version-2 manifest that holds such an input is corrupt."""
+    import host_runtime.bundle_format as bundle_format
+
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert manifest["version"] == 3
+    original = bundle_format.READABLE_VERSIONS
+    bundle_format.READABLE_VERSIONS = (2,)
+    try:
+        with pytest.raises(dycl_iree.BundleError) as caught:
+            dycl_iree.load(path)
+    finally:
+        bundle_format.READABLE_VERSIONS = original
+    assert "bundle format version 3, but this runtime reads version 2 (version 3 adds inputs exported as None)" in str(
+        caught.value
+    )
+    older = shutil.copytree(path, tmp_path / "as_version_2.dycl")
+    manifest["version"] = 2
+    (older / MANIFEST).write_text(json.dumps(manifest))
+    corrupt = r"corrupt manifest \(inputs\[1\] is exported as None, which format version 2 has not"
+    with pytest.raises(dycl_iree.BundleError, match=corrupt):
+        dycl_iree.load(older)
 
 
 def test_the_same_cell_exported_with_a_state_takes_one_and_refuses_none(tmp_path):
@@ -125,6 +154,7 @@ def test_the_same_cell_exported_with_a_state_takes_one_and_refuses_none(tmp_path
         tmp_path, GatedCell(), (torch.randn(1, 4), torch.randn(1, 4)), "cell_state"
     )
     assert [spec["kind"] for spec in bundle.manifest["inputs"]] == ["tensor", "tensor"]
+    assert bundle.manifest["version"] == 2  # loads in runtimes that read only version 2
     for seed in range(4):
         generator = torch.Generator().manual_seed(seed)
         x, state = torch.randn(1, 4, generator=generator), torch.randn(1, 4, generator=generator)
