@@ -143,8 +143,14 @@ class ControlFlowEmitter:
         go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(self.distinct(self.widened(next_values, types), types), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
+        # Inside another loop, too, a tensor with a dynamic dim on entry passes its sizes on through
+        # barriers: there the canonicalizer dropped the size of a dict's value that the inner loop
+        # passes on (`for: for: d["k"] = h * 2.0; if c: return h, d`, dynamic batch), and the
+        # loop's arguments no longer matched ("region branch point has 12 operands, but region
+        # successor needs 13 inputs").
+        passed_sized = [h or (enclosing > 0 and _dynamic(arg)) for h, arg in zip(held, node.initial)]
         next_builtins = [
-            self.builtin_barrier(n, b, sizes_too=h) for n, b, h in zip(next_builtins, builtins, [False, *held])
+            self.builtin_barrier(n, b, sizes_too=h) for n, b, h in zip(next_builtins, builtins, [False, *passed_sized])
         ]
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved

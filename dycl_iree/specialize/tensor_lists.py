@@ -15,7 +15,7 @@ from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
 from .schemas import overload_of, source_of, torch_dtype
-from .structured import RecordEntry
+from .structured import RecordEntry, unset_like
 from .values import (
     INT64_MAX,
     RaggedList,
@@ -24,6 +24,7 @@ from .values import (
     element_type,
     hint_of,
     holds_only_tensors,
+    is_unset_list,
     tensor_type_of,
     value_name,
 )
@@ -35,6 +36,9 @@ class TensorLists:
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
         """Make two paths' entries for one value agree in structure: lists of tensors whose lengths
         differ become TensorLists on both paths (stacked at the end of each path's nodes)."""
+        if is_unset_list(a) or is_unset_list(b):
+            # A path that leaves the list unset never reads it: it takes the other path's structure.
+            return (unset_like(b), b) if is_unset_list(a) else (a, unset_like(a))
         if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
             pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
             return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))

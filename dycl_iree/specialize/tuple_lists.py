@@ -29,7 +29,7 @@ import torch
 from ..errors import SpecializeError, UnsupportedOpError
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
 from .schemas import source_of
-from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, tensor_type_of
+from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, is_unset_list, tensor_type_of
 
 
 class TupleLists:
@@ -38,6 +38,8 @@ class TupleLists:
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
         """Two paths' lists of tuples whose lengths differ become TupleLists on both paths: each
         element's lists are reconciled as lists of tensors are (stacked or concatenated)."""
+        if is_unset_list(a) or is_unset_list(b):
+            return super().reconcile(a, b, nodes_a, nodes_b, source)  # the other path's structure
         width = _tuple_list_width(a, b)
         if width is None:
             return super().reconcile(a, b, nodes_a, nodes_b, source)

@@ -83,6 +83,16 @@ class TupleList:
     fields: tuple
 
 
+def is_unset_list(entry: Any) -> bool:
+    """Whether `entry` is the stand-in of a list of run-time length that one path leaves unset (a
+    `return` slot of an iteration that did not return: `structured.unset_like`), never read."""
+    if isinstance(entry, (TensorList, RaggedList)):
+        return isinstance(entry.value, Constant) and entry.value.value is UNINITIALIZED
+    if isinstance(entry, TupleList):
+        return all(is_unset_list(field) for field in entry.fields)
+    return False
+
+
 def real_value(arg: Any) -> Any:
     if isinstance(arg, Constant):
         return arg.value

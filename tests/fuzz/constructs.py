@@ -386,3 +386,102 @@ def decode_loop(b: Builder, depth: int) -> None:
         b.emit(f"if {b.condition()}:")
         with b.indent():
             b.emit(b.rng.choice(["break", "return __RETURN__"]))
+
+
+# --- structured values and data-dependent sizes -----------------------------------------------------
+# Drawn from the builder's second random stream (`Builder.structured`), between the constructs above,
+# so that adding them left the programs of earlier seeds' constructs and conditions as they were.
+
+STRUCTURED: list[Construct] = []
+
+
+def structured(function: Construct) -> Construct:
+    STRUCTURED.append(function)
+    return function
+
+
+def maybe_structured(b: Builder) -> None:
+    """Now and then, one of the constructs below, chosen by the second stream."""
+    if b.structured.random() < 0.2:
+        construct = b.structured.choice(STRUCTURED)
+        b.constructs.append(construct.__name__)
+        construct(b, 0)
+
+
+@structured
+def optional_state(b: Builder, depth: int) -> None:
+    """A state that starts as None and is set where it is first used (a decoder's or an RNN's
+    state), returned: None on the paths that never reach it."""
+    b.imports.add("typing")
+    b.declare("st", "st: Optional[torch.Tensor] = None")
+    b.emit("if st is None:")
+    with b.indent():
+        b.emit(b.structured.choice(["st = torch.tanh(h)", "st = torch.zeros_like(h)", "st = h * 0.5"]))
+    b.emit("else:")
+    with b.indent():
+        b.emit("st = st * 0.5 + torch.tanh(h) * 0.5")
+    b.emit("h = h + st * 0.25")
+
+
+@structured
+def dict_of_outputs(b: Builder, depth: int) -> None:
+    """A dict of named outputs whose keys are set where the construct stands (a detection head's
+    `out["scores"] = ...`), returned with the keys of the path taken."""
+    b.imports.add("typing")
+    b.declare("out", "out: Dict[str, torch.Tensor] = {}")
+    # One form per key, as code writes it (a key whose dtype differed by path would be refused).
+    forms = {"logits": "torch.softmax(h, 1)", "scores": "h.sum(1)", "features": "h * 1.0", "labels": "h.argmax(1)"}
+    key = b.structured.choice(sorted(forms))
+    b.emit(f'out["{key}"] = {forms[key]}')
+
+
+@structured
+def ragged_pieces(b: Builder, depth: int) -> None:
+    """Pieces of a width the data decides (segmenting, routing), collected in a list and
+    concatenated along that width."""
+    f = b.features
+    b.imports.add("typing")
+    if "pieces" not in b.declared:
+        b.declared.add("pieces")
+        b.prologue.append("pieces: List[torch.Tensor] = []")
+        b.outputs.append("torch.cat(pieces + [h], 1)")
+    width = b.structured.choice([f"int(h.argmax(1).max()) % {f} + 1", f"int((h > 0.0).sum()) % {f} + 1"])
+    b.emit(f"pieces.append(h[:, :{width}] * 0.5)")
+
+
+@structured
+def list_of_tuples(b: Builder, depth: int) -> None:
+    """A prediction and its confidence per step (RaNet's exits), returned as a list of tuples."""
+    b.imports.add("typing")
+    b.declare("preds", "preds: List[Tuple[torch.Tensor, torch.Tensor]] = []")
+    b.emit("preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))")
+
+
+@structured
+def masked_rows(b: Builder, depth: int) -> None:
+    """A size only the data decides: rows or elements picked by a mask (NMS's kept boxes, a router's
+    tokens per expert), reduced back onto the running tensor."""
+    b.emit(
+        b.structured.choice(
+            [
+                "h = h + h[h[:, 0] > 0.0].sum(0, keepdim=True) * 0.1",
+                "h = h + h.masked_select(h > 0.5).sum() * 0.1",
+                "h = h + torch.nonzero(h > 0.0).size(0) * 0.01",
+                "h = h * (1.0 + 0.01 * h[h.abs() > 0.25].numel())",
+            ]
+        )
+    )
+
+
+@structured
+def inplace_write(b: Builder, depth: int) -> None:
+    """Writes into a tensor: a fresh buffer filled column by column, a clamp through a mask, an
+    update of a slice (what decoders and NMS do instead of functional ops)."""
+    forms = [
+        ["buf = torch.zeros_like(h)", "buf[:, 0] = h[:, 1] * 0.5", "h = h + buf"],
+        ["h = h.clone()", "h[h > 1.0] = 1.0"],
+        ["h = h.clone()", "h[0] = h[0] * 0.5"],
+        ["h = h.clone()", "h[:, :2] += 0.25"],
+    ]
+    for line in b.structured.choice(forms):
+        b.emit(line)

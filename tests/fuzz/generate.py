@@ -66,7 +66,7 @@ class Program:
         signature = {"x": "x: torch.Tensor", "n": "n: int", "k": "k: int", "s": "s: float", "flag": "flag: bool"}
         lines = ["import math"] if "math" in self.imports else []
         lines += ["import torch", "import torch.nn.functional as F", "from torch import nn"]
-        lines += ["from typing import Dict, List"] if self.imports - {"math"} else []
+        lines += ["from typing import Dict, List, Optional, Tuple"] if self.imports - {"math"} else []
         lines += ["", "", "class Program(nn.Module):", f"{INDENT}def __init__(self) -> None:"]
         lines += [f"{INDENT * 2}super().__init__()"] + [f"{INDENT * 2}{line}" for line in self.init]
         lines += ["", f"{INDENT}def forward(self, {', '.join(signature[name] for name in self.inputs)}):"]
@@ -136,8 +136,12 @@ def source_features(program: Program) -> list[str]:
 class Builder:
     """What a construct writes into: forward's lines at the current indent, __init__'s lines, conditions."""
 
-    def __init__(self, rng: random.Random, features: int, inputs: list[str], budget: int) -> None:
+    def __init__(
+        self, rng: random.Random, features: int, inputs: list[str], budget: int, structured: random.Random | None = None
+    ) -> None:
         self.rng = rng
+        # The second stream: structured values and data-dependent sizes (`constructs.maybe_structured`).
+        self.structured = structured or random.Random(0)
         self.features = features
         self.inputs = inputs
         self.body: list[str] = []
@@ -238,9 +242,10 @@ class Builder:
 
     def block(self, depth: int) -> None:
         """A body: one to three statements or constructs, nested constructs only while `depth` allows."""
-        from .constructs import pick_construct, simple_statement
+        from .constructs import maybe_structured, pick_construct, simple_statement
 
         for _ in range(self.rng.randint(1, 3)):
+            maybe_structured(self)
             if depth > 0 and self.budget > 0 and self.rng.random() < 0.35:
                 self.budget -= 1
                 construct = pick_construct(self)
@@ -252,7 +257,7 @@ class Builder:
 
 def generate(seed: int) -> Program:
     """A random program from `seed` (conditions not yet calibrated)."""
-    from .constructs import pick_construct
+    from .constructs import maybe_structured, pick_construct
 
     rng = random.Random(seed)
     features = rng.choice([4, 6, 8])
@@ -260,10 +265,11 @@ def generate(seed: int) -> Program:
     for name, chance in (("n", 0.6), ("k", 0.25), ("s", 0.3), ("flag", 0.2)):
         if rng.random() < chance:
             inputs.append(name)
-    builder = Builder(rng, features, inputs, budget=rng.randint(2, 5))
+    builder = Builder(rng, features, inputs, budget=rng.randint(2, 5), structured=random.Random(f"structured {seed}"))
     builder.emit("h = x")
     top = rng.randint(1, 3)
     for _ in range(top):
+        maybe_structured(builder)
         construct = pick_construct(builder)
         builder.constructs.append(construct.__name__)
         construct(builder, 2)

@@ -39,6 +39,8 @@ INPUTS = [
 def same(got, want):
     if isinstance(want, (tuple, list)):
         return isinstance(got, (tuple, list)) and len(got) == len(want) and all(map(same, got, want))
+    if isinstance(want, dict):
+        return isinstance(got, dict) and list(got) == list(want) and all(same(got[k], want[k]) for k in want)
     if isinstance(want, torch.Tensor):
         want, got = want.numpy(), np.asarray(got)
         return got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)

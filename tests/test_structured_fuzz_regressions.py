@@ -1,0 +1,89 @@
+"""Defects the differential fuzzer found once it wrote structured values (Optionals, dicts, lists of
+tuples) into its programs, each reduced to a small program and run on every path against PyTorch."""
+
+# The models keep the idioms of the fuzzer's programs (`typing.Optional`, `typing.List`).
+# ruff: noqa: UP006, UP007, UP045
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from tests.conftest import check_hosts, export_compiled
+
+
+class StateAndPredictionsReturnedFromAnUnrolledLoop(nn.Module):
+    """An Optional state set on one side of a branch, a list of tuples appended on the other, both
+    returned from inside a loop of constant trip count (which the exporter unrolls). The iterations
+    that do not return leave the return slots unset, and joining an unset list of tuples with the
+    set one crashed the export ("'Constant' object has no attribute 'type'", fuzzer seed 80014)."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        st: Optional[torch.Tensor] = None
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        if float(h.sum()) > 0.0:
+            st = torch.tanh(h)
+        else:
+            preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+        for _ in range(4):
+            h = h - 0.5
+            if float(h.sum()) > 0.0:
+                return h, st, preds
+            h = torch.abs(h) - 0.5
+        return h, st, preds
+
+
+def test_an_optional_and_a_list_of_tuples_returned_from_an_unrolled_loop(tmp_path):
+    model = StateAndPredictionsReturnedFromAnUnrolledLoop()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(2, 4),), "unrolled")
+    # x = 1 sets the state and returns in the first iteration; x = -2 appends a tuple and returns in
+    # the second (|-2.5| - 0.5 - 0.5 > 0); x = -0.1 appends one and never turns positive, so it
+    # returns at the end.
+    inputs = [torch.full((2, 4), 1.0), torch.full((2, 4), -0.1), torch.full((2, 4), -2.0), torch.zeros(2, 4)]
+    inputs += [torch.randn(2, 4, generator=torch.Generator().manual_seed(seed)) for seed in range(6)]
+    returns = set()
+    for x in inputs:
+        h, st, preds = check_hosts(scripted, [compiled, python], (x,))
+        returns.add((st is None, len(preds)))
+    assert returns == {(False, 0), (True, 1)}, returns
+    sides = [set(counts) for counts in python.decisions.values()]
+    assert sides.count({True, False}) >= 2, python.decisions  # the first branch and a return test went both ways
+
+
+class FeaturesSetInNestedLoops(nn.Module):
+    """A dict of outputs set in the inner of two loops that may return from inside it, with a dynamic
+    batch: iree-compile rejected the compiled host ("'scf.while' op ... region branch point has 12
+    operands, but region successor needs 13 inputs", fuzzer seed 80010): the canonicalizer dropped
+    the size of the dict's value that the inner loop passes on."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        out: Dict[str, torch.Tensor] = {}
+        for _ in range(n):
+            for _ in range(n):
+                out["features"] = h * 2.0
+                h = h - 0.25
+                if n > 4:
+                    return h, out
+        return h, out
+
+
+def test_a_dict_set_in_nested_loops_with_a_return_gets_the_compiled_host(tmp_path):
+    model = FeaturesSetInNestedLoops()
+    example = (torch.randn(3, 6), 1)
+    dynamic = {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "nested_dict", dynamic)
+    keys = set()
+    for batch, n in [(3, 1), (2, 0), (1, 3), (4, 5), (2, 2)]:
+        x = torch.randn(batch, 6, generator=torch.Generator().manual_seed(batch * 10 + n))
+        _, out = check_hosts(scripted, [compiled, python], (x, n))
+        keys.add(tuple(out))
+    assert keys == {(), ("features",)}
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert 0 in trips and max(trips) >= 3, python.trip_counts
+    # `n > 4` (and the tests after each loop of whether it returned) went both ways: n = 5 returned
+    # from inside, the others ran to the end.
+    assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
