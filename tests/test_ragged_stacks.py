@@ -199,6 +199,8 @@ def test_segments_of_one_length_stack_and_others_raise(segments):
         in_time, stacked = check_hosts(scripted, hosts, (x, torch.tensor(lengths)))
         counts.append(stacked.size(1))
     assert counts == [3, 3, 1, 8, 1], counts
+    (loop,) = python.trip_counts
+    assert set(python.trip_counts[loop]) == {1, 3, 8}, python.trip_counts
     # Segments of different lengths: torch.cat joins them, torch.stack raises.
     x = torch.randn(2, 7, 4, generator=generator)
     _raises_everywhere(scripted, hosts, (x, torch.tensor([3, 4])), r"stack expects each tensor to be equal size")
