@@ -211,6 +211,34 @@ def test_segments_of_one_length_stack_and_others_raise(segments):
     _raises_everywhere(scripted, hosts, (x, torch.tensor([0, 2])), r"torch.cat\(\): expected a non-empty list")
 
 
+class OptionalPrompt(nn.Module):
+    """Frames over the longest input (`x[:, :n]`), after a prompt frame that only inputs with a
+    positive sum get: a list that starts empty, whose length depends on a branch, stacked."""
+
+    def forward(self, x, lengths):
+        n = int(lengths.max())
+        frames: List[torch.Tensor] = []
+        if bool(x.sum() > 0):
+            frames.append(x[:, :n] * 2.0)
+        frames.append(x[:, :n] + 1.0)
+        return torch.stack(frames), len(frames)
+
+
+def test_a_list_whose_length_a_branch_decides_is_stacked(tmp_path):
+    example = (torch.randn(2, 6, 4), torch.tensor([3, 5]))
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, OptionalPrompt(), example, "prompt", {"x": None, "lengths": None}
+    )
+    counts = set()
+    for sign, lengths in ((1.0, [2, 4]), (-1.0, [6, 1]), (1.0, [1, 1])):
+        x = torch.rand(2, 6, 4) * sign
+        stacked, count = check_hosts(scripted, (compiled, python), (x, torch.tensor(lengths)))
+        counts.add((count, stacked.size(2)))
+    assert counts == {(2, 4), (1, 6), (2, 1)}, counts
+    (label,) = python.decisions
+    assert set(python.decisions[label]) == {True, False}
+
+
 class SquareCrops(nn.Module):
     """Crops of sizes read from the data, square: dynamic in two dims, from a list that starts
     empty; no tensor the loop starts from has their shape."""
