@@ -42,7 +42,7 @@ def check(model: Any, example_inputs: Sequence[Any], dynamic_shapes: Any = None)
 
 def _problem_of(error: DyclError, model: Any = None) -> Problem:
     """A Problem from an exporter error: what it refuses, at the model's line it names, with the way
-    out the message gives (`...(model.py:12): start it with its first tensor instead of []`). An
+    out the message gives (`...(model.py:12): its tensors must share dtype and rank`). An
     error inside torch's code called by a submodule (`rnn.py:1164 called by self.lstm (LSTM)`) is
     told at the model's line that calls that submodule."""
     message = str(error)

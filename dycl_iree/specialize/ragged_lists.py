@@ -9,7 +9,9 @@ list crosses branches, loops and segment boundaries as two values with dynamic d
 
 Which form a list takes is decided by its tensors' types where it meets control flow or grows
 (`list_layout`): one shape, stacked; shapes that differ (or are dynamic, for a list that starts
-empty) in one dim, concatenated along it.
+empty) in one dim, concatenated along it. `torch.stack` of a concatenated list, and `torch.cat`
+along another dim, work as in PyTorch when its tensors have one size at run time and raise
+PyTorch's error otherwise (`ragged_stacked`).
 
 Example (what the Program does for `torch.cat(chunks, 0)` after `chunks.append(x[a:b])` in a loop):
     value = cat([value, x[a:b]], 0); sizes = cat([sizes, tensor([b - a])], 0); result = value
@@ -25,7 +27,7 @@ from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
 from .schemas import overload_of, torch_dtype
-from .values import INT64_MAX, RaggedList, TensorList, tensor_type_of
+from .values import INT64_MAX, RaggedList, TensorList, element_type, hint_of, tensor_type_of
 
 
 class RaggedLists:
@@ -36,8 +38,11 @@ class RaggedLists:
         it) are carried: None when stacked (every tensor has one shape), else the dim they are
         concatenated along.
 
-        A list that starts empty and grows by tensors with a dynamic dim cannot be stacked (its
-        empty form needs every size), nor can one whose tensors differ in a dim.
+        A list whose tensors differ in a dim cannot be stacked. Nor can one that starts empty and
+        grows by tensors with a dynamic dim, unless a tensor the loop starts from has their shape
+        (`size_witness`: the empty form's sizes); with none, the list is concatenated along its one
+        dynamic dim (its empty form is 0 there, every other size static), and `torch.stack` of it
+        checks at run time that the sizes agree (`ragged_stacked`).
         """
         ragged = {entry.dim for entry in entries if isinstance(entry, RaggedList)}
         if len(ragged) > 1:
@@ -62,7 +67,19 @@ class RaggedLists:
         if not differing and (not dynamic or not starts_empty):
             return None
         if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
-            return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
+            if self.size_witness(element_type(types, source)) is not None:
+                return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
+            if len(dynamic) > 1:
+                shape = str(list(first.shape)).replace("None", "?")
+                raise SpecializeError(
+                    f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} ({source}): "
+                    f"they are dynamic in dims {dynamic} and no tensor the loop starts from has their shape, so the "
+                    "empty list's sizes are unknown until its first append; a list that starts empty may vary in "
+                    "one dim (it is kept concatenated along it) or take its sizes from such a tensor"
+                )
+            # No tensor to take the dynamic size from: kept concatenated along that dim, whose
+            # empty form is fully static (0 there); `torch.stack` checks the sizes agree.
+            return dynamic[0]
         candidates = differing or dynamic
         if len(candidates) > 1:
             # Several dims vary: the one the model concatenates these lists along, if it says.
@@ -236,23 +253,18 @@ class RaggedLists:
         return RaggedList(self.ragged_span(items, before, kept, source), kept, items.dim)
 
     def ragged_concatenation(self, kind: str, items: RaggedList, entries: list, source: str) -> Value:
-        """`torch.cat(xs, dim)`: the value itself, when `dim` is the one the list is kept along."""
+        """`torch.cat(xs, dim)` along the dim the list is kept along: the value itself. `torch.stack`,
+        or `torch.cat` along another dim, needs the tensors of one size along it, as PyTorch does:
+        checked at run time, then the value is cut back into the tensors stacked (`ragged_stacked`)."""
         rank = items.value.type.rank
         dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
-        if kind == "aten::stack":
-            raise UnsupportedOpError(
-                kind,
-                source,
-                detail=f"on a list whose tensors differ in size along dim {items.dim}: torch.stack needs one size",
-            )
-        if not isinstance(dim, int) or not -rank <= dim < rank:
+        if not isinstance(dim, int):
+            raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
+        if kind == "aten::stack" or (-rank <= dim < rank and dim % rank != items.dim):
+            stacked = self.ragged_stacked(kind, items, dim, source)
+            return self.stacked_concatenation(kind, stacked, entries, source)
+        if not -rank <= dim < rank:
             raise UnsupportedOpError(kind, source, detail=f"dim {dim} on a list of tensors of rank {rank}")
-        if dim % rank != items.dim:
-            raise UnsupportedOpError(
-                kind,
-                source,
-                detail=f"along dim {dim % rank} of a list whose tensors differ in size along dim {items.dim}",
-            )
         length = self.ragged_length(items, source)
         if not isinstance(length, Constant):
             # PyTorch refuses to concatenate an empty list; the concatenated form would be empty.
@@ -260,6 +272,63 @@ class RaggedLists:
             check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
             self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
         return items.value
+
+    def ragged_stacked(self, kind: str, items: RaggedList, dim: int, source: str) -> Value:
+        """The list's tensors stacked on dim 0, after PyTorch's checks for `torch.stack(xs, dim)` or
+        `torch.cat(xs, dim)` along a dim other than the list's: the list is not empty, and its
+        tensors have one size s along the list's dim. Tensor k is then the values at k * s + j
+        (j < s) along that dim: a gather, not a reshape of [.., n * s, ..] into [.., n, s, ..],
+        which torch.export types only where it can prove n * s equal to that size (it cannot:
+        both come from the host, and it specialized them to the examples instead).
+
+        n, s and the number of sizes other than s are read back from the device (one sync, three
+        reads). n is a shape read elsewhere, but not here: IREE 3.13 sizes a tensor made after a
+        loop with an exit from the shape of the sizes the loop carried wrongly (`torch.stack` of a
+        list grown in a `while` loop corrupted the heap, or gave 12 tensors for 2)."""
+        value, along = items.value, items.dim
+        length = self.ragged_length(items, source)
+        if not isinstance(length, Constant):
+            check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{EMPTY_LIST_ERRORS[kind]} ({source})"))
+            self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+        total, largest = overload_of("aten::sum.default"), overload_of("aten::max.default")
+        # n counted on the device: no size is -1, so every element of `sizes != -1` counts one tensor.
+        (present,) = self.emit_tensor_op(overload_of("aten::ne.Scalar"), [items.sizes, Constant(-1)], [], source)
+        (number,) = self.emit_tensor_op(total, [present], [], source, name="count")
+        (widest,) = self.emit_tensor_op(largest, [items.sizes], [], source, name="size")
+        (differs,) = self.emit_tensor_op(overload_of("aten::ne.Tensor"), [items.sizes, widest], [], source)
+        (mismatches,) = self.emit_tensor_op(total, [differs], [], source)
+        count = self.read_int(number, max(hint_of(length), 2), source)
+        size = self.read_int(widest, max(value.type.hint[along] // max(hint_of(length), 1), 2), source)
+        if kind == "aten::stack":
+            message = "RuntimeError: stack expects each tensor to be equal size"
+        else:
+            message = f"RuntimeError: Sizes of tensors must match except in dimension {dim % value.type.rank}"
+        check = (self.read_int(mismatches, 0, source), Constant(0), Constant(1), Constant(f"{message} ({source})"))
+        self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+        arange, mul = overload_of("aten::arange.default"), overload_of("aten::mul.Scalar")
+        unsqueeze, add = overload_of("aten::unsqueeze.default"), overload_of("aten::add.Tensor")
+        int64 = [("dtype", Constant(torch.int64))]
+        (rows,) = self.emit_tensor_op(arange, [count], int64, source, name="rows")
+        (starts,) = self.emit_tensor_op(mul, [rows, size], [], source, name="starts")
+        (starts,) = self.emit_tensor_op(unsqueeze, [starts, Constant(1)], [], source, name="starts")
+        (offsets,) = self.emit_tensor_op(arange, [size], int64, source, name="offsets")
+        (index,) = self.emit_tensor_op(add, [starts, offsets], [], source, name="index")
+        movedim = overload_of("aten::movedim.int")
+        moved = value
+        if along != 0:
+            (moved,) = self.emit_tensor_op(movedim, [value, Constant(along), Constant(0)], [], source)
+        gather = overload_of("aten::index.Tensor")
+        (stacked,) = self.emit_tensor_op(gather, [moved, ListArg((index,))], [], source, name="stacked")
+        if along != 0:
+            (stacked,) = self.emit_tensor_op(movedim, [stacked, Constant(1), Constant(along + 1)], [], source)
+        return stacked
+
+
+# PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
+EMPTY_LIST_ERRORS = {
+    "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
+    "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
+}
 
 
 def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> tuple[set[int], bool]:

@@ -14,6 +14,7 @@ import torch
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
+from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
 from .structured import RecordEntry, unset_like
 from .values import (
@@ -123,6 +124,20 @@ class TensorLists:
 
         The sizes cannot be 0 until the first append either: IREE 3.13 runs a loop that carries a
         tensor with no rows and a dynamic dim wrongly (OUT_OF_RANGE, or rows of garbage)."""
+        witness = self.size_witness(element)
+        if witness is None:
+            # `list_layout` keeps such a list concatenated along its one dynamic dim instead, and
+            # refuses one with several.
+            raise SpecializeError(f"internal: an empty stacked list of tensors with no size witness ({source})")
+        sizes = [Constant(0)] + [self.size_of(witness, dim, source) for dim in range(element.rank)]
+        zeros = overload_of("aten::zeros.default")
+        options = [("dtype", Constant(torch_dtype(element.dtype)))]
+        (empty,) = self.emit_tensor_op(zeros, [ListArg(tuple(sizes))], options, source, name="stacked")
+        return empty
+
+    def size_witness(self, element: TensorType) -> Value | None:
+        """A tensor the loop starts from with the shape of `element`, static and dynamic dims alike
+        (`empty_stacked` reads the dynamic sizes of an empty list's tensors from it), or None."""
         for witness in self.size_witnesses:
             type_ = tensor_type_of(witness)
             if (
@@ -131,16 +146,8 @@ class TensorLists:
                 and type_.rank == element.rank
                 and all((a is None) == (b is None) and a == b for a, b in zip(type_.shape, element.shape))
             ):
-                sizes = [Constant(0)] + [self.size_of(witness, dim, source) for dim in range(element.rank)]
-                zeros = overload_of("aten::zeros.default")
-                dtype = Constant(torch_dtype(element.dtype))
-                options = [("dtype", dtype)]
-                (empty,) = self.emit_tensor_op(zeros, [ListArg(tuple(sizes))], options, source, name="stacked")
-                return empty
-        raise SpecializeError(
-            f"a list of tensors starts empty and grows at run time, and its tensors have a dynamic size that no "
-            f"tensor the loop starts from has ({source}): start it with its first tensor instead of []"
-        )
+                return witness
+        return None
 
     def check_same_sizes(self, stacked: Value, row: Value, source: str) -> None:
         """A host check (shape reads, no device sync) that `row` has the stacked tensors' sizes in
@@ -178,22 +185,10 @@ class TensorLists:
             length = self.list_length(entries[0], source)
             if not isinstance(length, Constant):
                 # PyTorch refuses an empty list here; the stacked form would give an empty tensor.
-                message = _EMPTY_LIST_ERRORS[kind]
+                message = EMPTY_LIST_ERRORS[kind]
                 check = (length, Constant(1), Constant(INT64_MAX), Constant(f"{message} ({source})"))
                 self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
-            rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
-            dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
-            if not isinstance(dim, int):
-                raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
-            dim %= max(rank, 1)
-            result = stacked
-            if dim != 0:
-                movedim = overload_of("aten::movedim.int")
-                (result,) = self.emit_tensor_op(movedim, [result, Constant(0), Constant(dim)], [], source)
-            if kind == "aten::cat":
-                flatten = overload_of("aten::flatten.using_ints")
-                (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
-            self.bind(node.output(), result)
+            self.bind(node.output(), self.stacked_concatenation(kind, stacked, entries, source))
             return
         if kind == "aten::add" and any(isinstance(e, (TensorList, RaggedList)) for e in entries):
             dim = self.list_layout(entries, source)
@@ -227,6 +222,25 @@ class TensorLists:
         else:
             raise UnsupportedOpError(kind, source, detail="on a list of tensors")
         self.bind(node.output(), ListArg(tuple(result)))
+
+    def stacked_concatenation(self, kind: str, stacked: Value, entries: list, source: str) -> Value:
+        """`torch.stack(xs, dim)` / `torch.cat(xs, dim)` of tensors stacked on dim 0 in `stacked`:
+        the stack's dim moved to `dim` (and, for `cat`, flattened into the dim after it)."""
+        rank = stacked.type.rank - (1 if kind == "aten::cat" else 0)
+        dim = entries[1].value if len(entries) > 1 and isinstance(entries[1], Constant) else 0
+        if not isinstance(dim, int):
+            raise UnsupportedOpError(kind, source, detail="a run-time dim for a list of run-time length")
+        if rank > 0 and not -rank <= dim < rank:
+            raise UnsupportedOpError(kind, source, detail=f"dim {dim} out of range for a result of rank {rank}")
+        dim %= max(rank, 1)
+        result = stacked
+        if dim != 0:
+            movedim = overload_of("aten::movedim.int")
+            (result,) = self.emit_tensor_op(movedim, [result, Constant(0), Constant(dim)], [], source)
+        if kind == "aten::cat":
+            flatten = overload_of("aten::flatten.using_ints")
+            (result,) = self.emit_tensor_op(flatten, [result, Constant(dim), Constant(dim + 1)], [], source)
+        return result
 
     def slice_run_time_list(self, items: Any, start: Any, end: Any, step: Any, source: str) -> Any:
         """`xs[a:b:k]` of a list of run-time length (Emformer's `mems[1:]`)."""
@@ -300,13 +314,6 @@ class TensorLists:
         select = overload_of("aten::select.int")
         (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
         return item
-
-
-# PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
-_EMPTY_LIST_ERRORS = {
-    "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
-    "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
-}
 
 
 _LISTS = (ListArg, TensorList, RaggedList)
