@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import cpu_features
+from . import cpu_features, winograd
 from .nan_keeping import KEEPING_NAN
 
 aten = torch.ops.aten
@@ -115,6 +115,14 @@ def convolution_channels_last(
         return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
     if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
         return pointwise_convolution_as_matmul(input, weight, bias, stride)
+    if (
+        groups == 1
+        and (kernel_h, kernel_w) == (3, 3)
+        and list(stride) == [1, 1]
+        and list(dilation) == [1, 1]
+        and (tile := winograd.output_tile(group_channels, out_channels, input.shape[2:]))
+    ):
+        return winograd.convolution_as_winograd(input, weight, bias, padding, tile)
     if groups == 1 and input.dim() == 4 and _im2col_wins(group_channels, input.shape[2:], stride):
         return convolution_as_im2col_matmul(input, weight, bias, stride, padding, dilation)
     return NotImplemented
