@@ -10,7 +10,9 @@ form it had before (`output_tile` patched to 0: IREE's direct convolution, or im
 without AVX-512). Both are checked against PyTorch eager on every sample and timed alternating in
 this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
 `compile_flags.time_alternating`, the same rules). `--cpu znver3` exports as for an AVX2 host on an
-AVX-512 machine (`compile_flags.exporting_for`).
+AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs
+in the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
+Winograd too).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from compile_flags import check, exporting_for, time_alternating  # noqa: E402
 import dycl_iree  # noqa: E402
 from dycl_iree import winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
+from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
+from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
 from models.imagenet import MODELS, SAMPLES  # noqa: E402
 
 BASELINE = "without Winograd"
@@ -56,6 +60,14 @@ def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> dict[st
     return runs
 
 
+def onnxruntime_call(model_name: str, model, example: tuple, samples: list[tuple], folder: Path):
+    """A call of ONNX Runtime on one thread on the first sample, as `bench` runs it."""
+    peer = OnnxRuntime()
+    peer.prepare(ModelContext(model_name, model, example, samples, folder, threads=1))
+    feed = peer.convert(samples[0])
+    return lambda *inputs: peer.run(feed)
+
+
 def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
     torch.set_num_threads(1)
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {rounds} rounds; CPU ms per call, one thread")
@@ -76,6 +88,8 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
                 runs = export_forms(model, example, dynamic_shapes, Path(folder))
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
+            runs["onnxruntime"] = onnxruntime_call(model_name, model, example, samples, Path(folder))
+            errors["onnxruntime"] = (float("nan"), None)
             times = time_alternating(runs, samples[0], rounds)
         for name, series in times.items():
             ratios = [value / reference for value, reference in zip(series, times[BASELINE])]
