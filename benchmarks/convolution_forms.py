@@ -42,9 +42,11 @@ BASELINE = "without Winograd"
 FORMS = {BASELINE: lambda *shape: 0, "as exported (Winograd where picked)": None}
 
 
-def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> dict[str, object]:
-    """A compiled-host runner of `model` per form (`FORMS`: the Winograd rule patched, or not)."""
-    runs = {}
+def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[dict[str, object], dict[str, int]]:
+    """A compiled-host runner of `model` per form (`FORMS`: the Winograd rule patched, or not), and
+    the size of its saved bundle in bytes (the filters Winograd transforms are stored transformed:
+    16/9 of their size)."""
+    runs, sizes = {}, {}
     for name, rule in FORMS.items():
         saved = winograd.output_tile
         if rule is not None:
@@ -57,7 +59,8 @@ def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> dict[st
             raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
         path = bundle.save(folder / f"form-{len(runs)}.dycl")
         runs[name] = dycl_iree.load(str(path), device="local-sync", host="compiled")
-    return runs
+        sizes[name] = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+    return runs, sizes
 
 
 def onnxruntime_call(model_name: str, model, example: tuple, samples: list[tuple], folder: Path):
@@ -73,9 +76,9 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {rounds} rounds; CPU ms per call, one thread")
     print(
         "| model | form | median ms | min-max ms | ratio to without (median, min-max) | max abs error "
-        "| within contract |"
+        "| within contract | bundle MiB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for model_name in model_names:
         made = MODELS[model_name]()
         model, example = made[0].eval(), tuple(made[1])
@@ -85,7 +88,7 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
             expected = [model(*sample) for sample in samples]
         with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
             with exporting_for(cpu):
-                runs = export_forms(model, example, dynamic_shapes, Path(folder))
+                runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder))
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
             runs["onnxruntime"] = onnxruntime_call(model_name, model, example, samples, Path(folder))
@@ -94,11 +97,12 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
         for name, series in times.items():
             ratios = [value / reference for value, reference in zip(series, times[BASELINE])]
             worst, reason = errors[name]
+            size = f"{sizes[name] / 2**20:.1f}" if name in sizes else "-"
             print(
                 f"| {model_name} | {name} | {statistics.median(series) * 1e3:.2f} | "
                 f"{min(series) * 1e3:.2f}-{max(series) * 1e3:.2f} | "
                 f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) | {worst:.2e} | "
-                f"{'yes' if reason is None else 'NO: ' + reason} |",
+                f"{'yes' if reason is None else 'NO: ' + reason} | {size} |",
                 flush=True,
             )
         print(f"(load average after {model_name}: {os.getloadavg()[0]:.1f})", flush=True)
