@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,15 +43,17 @@ BASELINE = "without Winograd"
 FORMS = {BASELINE: lambda *shape: 0, "as exported (Winograd where picked)": None}
 
 
-def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[dict[str, object], dict[str, int]]:
+def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
     """A compiled-host runner of `model` per form (`FORMS`: the Winograd rule patched, or not), and
-    the size of its saved bundle in bytes (the filters Winograd transforms are stored transformed:
-    16/9 of their size)."""
-    runs, sizes = {}, {}
+    the size of its saved bundle in MiB (the filters Winograd transforms are stored transformed:
+    16/9 of their size) and the export's wall seconds, as text."""
+    runs: dict[str, object] = {}
+    sizes: dict[str, str] = {}
     for name, rule in FORMS.items():
         saved = winograd.output_tile
         if rule is not None:
             winograd.output_tile = rule
+        start = time.perf_counter()
         try:
             bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes, cache=False)
         finally:
@@ -59,7 +62,8 @@ def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[d
             raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
         path = bundle.save(folder / f"form-{len(runs)}.dycl")
         runs[name] = dycl_iree.load(str(path), device="local-sync", host="compiled")
-        sizes[name] = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+        size = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+        sizes[name] = f"{size / 2**20:.1f} | {time.perf_counter() - start:.0f}"
     return runs, sizes
 
 
@@ -76,9 +80,9 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {rounds} rounds; CPU ms per call, one thread")
     print(
         "| model | form | median ms | min-max ms | ratio to without (median, min-max) | max abs error "
-        "| within contract | bundle MiB |"
+        "| within contract | bundle MiB | export s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model_name in model_names:
         made = MODELS[model_name]()
         model, example = made[0].eval(), tuple(made[1])
@@ -97,7 +101,7 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
         for name, series in times.items():
             ratios = [value / reference for value, reference in zip(series, times[BASELINE])]
             worst, reason = errors[name]
-            size = f"{sizes[name] / 2**20:.1f}" if name in sizes else "-"
+            size = sizes.get(name, "- | -")
             print(
                 f"| {model_name} | {name} | {statistics.median(series) * 1e3:.2f} | "
                 f"{min(series) * 1e3:.2f}-{max(series) * 1e3:.2f} | "

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import cpu_features, winograd
+from . import cpu_features
 from .nan_keeping import KEEPING_NAN
 
 aten = torch.ops.aten
@@ -100,8 +100,9 @@ def convolution_channels_last(
 ) -> torch.Tensor:
     """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
     1x1 ones without padding as a matmul, and, unless the CPU has AVX-512, those with many channels
-    as Winograd's F(2x2, 3x3) when they are 3x3 with stride 1 (`winograd.output_tile`), else as
-    im2col + matmul (`_im2col_wins`). Every other convolution is left to IREE
+    as im2col + matmul (`_im2col_wins`; those with a constant 3x3 filter and stride 1 the exporter
+    has already written as Winograd's F(2x2, 3x3), `lower._segment_graph`). Every other convolution
+    is left to IREE
     (`NotImplemented` keeps the op), which converts it to channels-last and runs it as a direct
     convolution (`compile.py`). Both rewrites work in NHWC, so that the transposes around them
     cancel against those of the neighbouring channels-last convolutions, and both read the weight
@@ -116,14 +117,6 @@ def convolution_channels_last(
         return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
     if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
         return pointwise_convolution_as_matmul(input, weight, bias, stride)
-    if (
-        groups == 1
-        and (kernel_h, kernel_w) == (3, 3)
-        and list(stride) == [1, 1]
-        and list(dilation) == [1, 1]
-        and (tile := winograd.output_tile(group_channels, out_channels, input.shape[2:]))
-    ):
-        return winograd.convolution_as_winograd(input, weight, bias, padding, tile)
     if groups == 1 and input.dim() == 4 and _im2col_wins(group_channels, input.shape[2:], stride):
         return convolution_as_im2col_matmul(input, weight, bias, stride, padding, dilation)
     return NotImplemented

@@ -3,7 +3,7 @@ as aten ops IREE compiles well: strided slices and adds for the input and output
 batched matmul for the products.
 
 For output tiles of m x m pixels and a 3x3 filter, each (m + 2) x (m + 2) input tile d becomes
-`V = B^T d B`, each filter g becomes `U = G g G^T` (a constant: IREE evaluates it at compile time),
+`V = B^T d B`, each filter g becomes `U = G g G^T` (a constant: the exporter computes it),
 the product is `M[a, b] = V[a, b] @ U[a, b]` over the channels for each of the (m + 2)^2 tile
 positions (a batched matmul [(m+2)^2] x [tiles, C] x [C, F]), and the output tile is `A^T M A`:
 (m + 2)^2 / 9 of the direct convolution's multiplications per output pixel (F(2x2, 3x3): 16 for 36,
@@ -81,15 +81,25 @@ def _combination(coefficients: Sequence[Fraction | int], terms: Sequence[torch.T
 
 
 def transformed_filter(weight: torch.Tensor, output_tile: int) -> torch.Tensor:
-    """`G g G^T` of every [F, C, 3, 3] filter, as [(m+2)^2, C, F]: sums of the filter's taps read
-    as HWCF (the constant `lower._segment_graph` stores, so no transpose), rows first. A constant
-    made inside a decomposition would be a lifted tensor torch.export rejects, so the coefficients
-    are scalars."""
+    """`G g G^T` of every [F, C, 3, 3] filter, as [(m+2)^2, C, F], computed in float64 and returned
+    in the filter's dtype: one matmul of the Kronecker product of G with itself by the filter read
+    as [9, C * F].
+
+    The exporter computes it once (`lower._segment_graph`) and stores the result as the constant:
+    written as aten ops on the filter, IREE hoists and evaluates only the parts that grow by less
+    than 1 MiB (`--iree-opt-const-expr-max-size-increase-threshold`), and then copies them into
+    one tensor at every call, besides storing 5 of the filter's 9 taps (ResNet-18's bundle 44.7 ->
+    91.5 MiB, its export 27 -> 162 s).
+
+    >>> transformed_filter(torch.ones(8, 4, 3, 3), 2).shape
+    torch.Size([16, 4, 8])
+    """
+    out_channels, channels = weight.shape[:2]
     _, g, _ = TRANSFORMS[output_tile]
-    hwcf = aten.permute(weight, [2, 3, 1, 0])
-    taps = [[aten.select(aten.select(hwcf, 0, i), 0, j) for j in range(3)] for i in range(3)]
-    rows = [[_combination(g[a], [taps[i][j] for i in range(3)]) for j in range(3)] for a in range(len(g))]
-    return aten.stack([_combination(g[b], rows[a]) for a in range(len(g)) for b in range(len(g))], 0)
+    g64 = torch.tensor([[float(value) for value in row] for row in g], dtype=torch.float64)
+    hwcf = weight.detach().to(torch.float64).permute(2, 3, 1, 0).reshape(9, channels * out_channels)
+    products = torch.kron(g64, g64) @ hwcf
+    return products.reshape(len(g) * len(g), channels, out_channels).to(weight.dtype).contiguous()
 
 
 def convolution_as_winograd(
@@ -100,7 +110,22 @@ def convolution_as_winograd(
     output_tile: int = 2,
 ) -> torch.Tensor:
     """A 3x3 stride-1 convolution without groups or dilation as Winograd's F(m x m, 3 x 3), m =
-    `output_tile` (2 or 4), in NHWC order, returning NCHW like the op it replaces.
+    `output_tile` (2 or 4): `convolution_with_transformed_filter` of the transformed `weight`."""
+    transformed = transformed_filter(weight, output_tile)
+    return convolution_with_transformed_filter(input, transformed, bias, padding, output_tile)
+
+
+def convolution_with_transformed_filter(
+    input: torch.Tensor,
+    transformed: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    output_tile: int,
+) -> torch.Tensor:
+    """A 3x3 stride-1 convolution of an NCHW input without groups or dilation as Winograd's
+    F(m x m, 3 x 3), m = `output_tile` (2 or 4), from the filter `transformed_filter` made, in NHWC
+    order, returning NCHW (contiguous) like the op it replaces. `lower._segment_graph` calls it in
+    place of a convolution, and torch.export traces it into aten ops.
 
     The input is padded to whole tiles; tile (t, u)'s row i is the padded input's row t*m + i, so
     each of the m+2 rows of every tile is one strided slice (stride m) of the padded input, and
@@ -108,7 +133,7 @@ def convolution_as_winograd(
     fuses and vectorizes, where unfolding tiles by index would be a gather.
     """
     batch, channels, height, width = input.shape
-    out_channels = weight.shape[0]
+    out_channels = transformed.shape[2]
     b_t, _, a_t = TRANSFORMS[output_tile]
     m, alpha = output_tile, output_tile + 2
     pad_h, pad_w = padding
@@ -124,7 +149,7 @@ def convolution_as_winograd(
         columns = [aten.slice(row, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)]
         for b in range(alpha):
             positions.append(_combination(b_t[b], columns).reshape(1, batch * tiles_h * tiles_w, channels))
-    products = aten.bmm(aten.cat(positions, 0), transformed_filter(weight, m))  # [alpha^2, tiles, F]
+    products = aten.bmm(aten.cat(positions, 0), transformed)  # [alpha^2, tiles, F]
     products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, out_channels)
     partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
     out_rows = []
@@ -139,9 +164,9 @@ def convolution_as_winograd(
 
 
 def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> int:
-    """The Winograd output tile (2 or 4) a 3x3 stride-1 convolution without groups or dilation
-    takes on the CPU `llvm-cpu` compiles for (this machine's), or 0 for the form
-    `decompositions.convolution_channels_last` picks otherwise.
+    """The Winograd output tile (2 or 4) a 3x3 stride-1 convolution without groups or dilation, of
+    a constant filter, takes on the CPU `llvm-cpu` compiles for (this machine's), or 0 for the form
+    `decompositions.convolution_channels_last` picks otherwise (`lower._segment_graph` asks).
 
     Without AVX-512, where `decompositions._im2col_wins` writes ResNet's 3x3 convolutions as
     im2col + matmul, F(2x2, 3x3) runs them 1.8-2.7x faster (code for znver3, one thread,
