@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from dycl_iree import cpu_features
 from dycl_iree.winograd import convolution_as_winograd
 
 
-def _lowered_ops(model: nn.Module, example: torch.Tensor) -> set[str]:
+def _lowered_ops(model: nn.Module, example: torch.Tensor, dynamic_shapes: Any = None) -> set[str]:
     """The torch ops of the model's MLIR as the exporter lowers it (`lower` writes Winograd's form
     for a constant filter, the decompositions the others)."""
     from dycl_iree.capture import capture
@@ -29,7 +30,7 @@ def _lowered_ops(model: nn.Module, example: torch.Tensor) -> set[str]:
     from dycl_iree.partition import partition
     from dycl_iree.specialize import specialize
 
-    text = str(lower(partition(specialize(capture(model), (example,), None))).module)
+    text = str(lower(partition(specialize(capture(model), (example,), dynamic_shapes))).module)
     return set(re.findall(r"torch\.aten\.[a-z_0-9.]+", text))
 
 
@@ -156,3 +157,20 @@ def test_winograd_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monke
             expected = model(sample).numpy()
             np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
     assert taken == {True, False}
+
+
+def test_winograd_convolutions_take_a_batch_that_varies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(128, 32, 3, 1, 1), nn.ReLU()).eval()
+    example = torch.randn(2, 128, 6, 6)
+    assert "torch.aten.bmm" in _lowered_ops(model, example, ({0: "batch"},))
+    bundle = dycl_iree.export(model, (example,), dynamic_shapes=({0: "batch"},))
+    assert bundle.host == "compiled"
+    run = dycl_iree.load(bundle.save(tmp_path / "batch.dycl"))
+    with torch.no_grad():
+        for batch in (1, 3):
+            sample = torch.randn(batch, 128, 6, 6)
+            expected = model(sample).numpy()
+            np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
