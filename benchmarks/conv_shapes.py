@@ -1,7 +1,7 @@
 """GFLOP/s of one convolution per shape of ResNet-18/50 and MobileNetV2, as dycl_iree compiles it for
 AVX-512 and for AVX2 CPUs, next to PyTorch, ONNX Runtime and this machine's single-thread SGEMM.
 
-    python benchmarks/conv_shapes.py [--rounds 5] [--shapes stem,layer3_3x3]
+    python benchmarks/conv_shapes.py [--rounds 5] [--shapes stem,layer3_3x3] [--columns "AVX2 im2col,..."]
 
 Each shape is one `Conv2d` (+ ReLU) exported by `dycl_iree.export`, batch 1, with input and output
 in NHWC order (the model permutes them), as the convolution sits between channels-last neighbours
@@ -18,10 +18,17 @@ wall time counts the other jobs too):
 - `AVX-512, no data tiling`: the same without data tiling, the form before it;
 - `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
 - `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
-  (`decompositions._im2col_wins`: im2col + matmul for many channels), what an AVX2 host gets;
+  (`decompositions._im2col_wins`: im2col + matmul for many channels, Winograd's F(2x2, 3x3) for
+  those of them that are 3x3 with stride 1, `winograd.output_tile`), what an AVX2 host gets;
+- `AVX2 im2col`: the same without Winograd (the form before it); `AVX-512 direct`: the AVX-512
+  column without Winograd;
+- `... Winograd F(2x2)` / `F(4x4)`: every 3x3 stride-1 convolution as Winograd with that output
+  tile (`winograd.convolution_with_transformed_filter`), whatever `output_tile` would pick;
 - `SGEMM`: `torch.mm` of the convolution's im2col matrices ([pixels, k*k*C] by [k*k*C, F]).
 
-The header line gives the machine's SGEMM peak (1024x1024 by 1024x1024, one thread). Running code for
+Under each row, the largest error of each column against the float64 convolution, over the largest
+output. `--columns` picks compiled columns by name (exports are the slow part). The header line
+gives the machine's SGEMM peak (1024x1024 by 1024x1024, one thread). Running code for
 AVX2 on an AVX-512 machine measures the code, not an AVX2 machine's clock and caches: compare
 columns within one run, never absolute figures between machines.
 """
