@@ -169,7 +169,7 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     `decompositions.convolution_channels_last` picks otherwise (`lower._segment_graph` asks).
 
     Without AVX-512, where `decompositions._im2col_wins` writes ResNet's 3x3 convolutions as
-    im2col + matmul, F(2x2, 3x3) runs them 1.8-2.7x faster (code for znver3, one thread,
+    im2col + matmul, F(2x2, 3x3) runs them 1.7-2.7x faster over two runs (code for znver3, one thread,
     `benchmarks/conv_shapes.py`, as GFLOP/s of the direct convolution's operations: layer1 49 ->
     89, layer2 42 -> 106, layer3 37 -> 101, layer4 24 -> 52), with a largest error of 4-8e-7 of
     the largest output where the direct convolution's is 0.8-2.2e-6. It takes the same shapes as
