@@ -20,6 +20,7 @@ from torch import nn
 import dycl_iree
 from dycl_iree import cpu_features
 from dycl_iree.winograd import convolution_as_winograd
+from tests.conftest import check_hosts, export_compiled
 
 
 def _lowered_ops(model: nn.Module, example: torch.Tensor, dynamic_shapes: Any = None) -> set[str]:
@@ -147,16 +148,11 @@ def test_winograd_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monke
     model = WinogradBlock().eval()
     samples = [torch.randn(1, 128, 11, 11) + shift for shift in (0.0, 2.0)]
     assert "torch.aten.bmm" in _lowered_ops(model, samples[0])
-    bundle = dycl_iree.export(model, (samples[0],))
-    assert bundle.host == "compiled"
-    run = dycl_iree.load(bundle.save(tmp_path / "block.dycl"))
-    taken = set()
-    with torch.no_grad():
-        for sample in samples:
-            taken.add(bool(torch.relu(model.first(sample)).mean() > 0.3))
-            expected = model(sample).numpy()
-            np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
-    assert taken == {True, False}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "block")
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions  # the one branch, both sides taken
+    assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
 
 
 def test_winograd_convolutions_take_a_batch_that_varies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
