@@ -42,7 +42,8 @@ from .errors import CompileError, DyclError
 # width-in-bytes` tried); `--iree-global-opt-use-im2col-for-convs` (with data tiling and ukernels)
 # makes those fast, but converts every convolution and made SDN-ResNet-56 1.7x slower (code for
 # znver3: 3.4 -> 5.8 ms). So the exporter picks im2col per shape instead (`decompositions.
-# _im2col_wins`), and the flags stay the same for every x86 CPU.
+# _im2col_wins`; Winograd's F(2x2, 3x3) for the 3x3 stride-1 ones, `winograd.output_tile`), and the
+# flags stay the same for every x86 CPU.
 #
 # Command buffers are recorded at each call, not memoized as indirect (binding-table) command
 # buffers: IREE 3.13's CPU drivers (local-sync and local-task alike) replay some memoized ones

@@ -100,7 +100,9 @@ def convolution_channels_last(
 ) -> torch.Tensor:
     """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
     1x1 ones without padding as a matmul, and, unless the CPU has AVX-512, those with many channels
-    as im2col + matmul (`_im2col_wins`). Every other convolution is left to IREE
+    as im2col + matmul (`_im2col_wins`; those with a constant 3x3 filter and stride 1 the exporter
+    has already written as Winograd's F(2x2, 3x3), `lower._segment_graph`). Every other convolution
+    is left to IREE
     (`NotImplemented` keeps the op), which converts it to channels-last and runs it as a direct
     convolution (`compile.py`). Both rewrites work in NHWC, so that the transposes around them
     cancel against those of the neighbouring channels-last convolutions, and both read the weight

@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 from torch.export import Dim
 
+from . import winograd
 from .decompositions import decomposition_table
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
@@ -311,9 +312,21 @@ def _segment_graph(
     for position, op in enumerate(segment.nodes):
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
+        kwargs = {k: convert(a) for k, a in op.kwargs}
+        tile = 0
         if overload in _CONV2D and (weight := _constant_filter(op.args[1])) is not None:
-            args[1] = filter_hwcf(weight)
-        node = graph.call_function(overload, tuple(args), {k: convert(a) for k, a in op.kwargs})
+            tile = _winograd_tile(overload, op.args[0], weight, args, kwargs)
+            if not tile:
+                args[1] = filter_hwcf(weight)
+        if tile:
+            # The filter transformed once, here, and stored as the constant (`winograd.transformed_filter`).
+            transformed = constant(("winograd", tile, id(weight)), winograd.transformed_filter(weight, tile))
+            padding = _winograd_padding(args, kwargs)
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            winograd_args = (args[0], transformed, bias, padding, tile)
+            node = graph.call_function(winograd.convolution_with_transformed_filter, winograd_args)
+        else:
+            node = graph.call_function(overload, tuple(args), kwargs)
         # torch.export renames nodes but keeps "custom" metadata: how `_explain` finds the op.
         node.meta["custom"] = {"dycl_op": position}
         if op.returns == "single":
@@ -379,6 +392,40 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
 
 
 _CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding)  # padding=1 / padding="same"
+
+
+def _conv2d_argument(args: list, kwargs: dict, index: int, name: str, default: Any) -> Any:
+    """`aten::conv2d(input, weight, bias, stride, padding, dilation, groups)`'s argument, given or not."""
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def _winograd_padding(args: list, kwargs: dict) -> list[int]:
+    padding = _conv2d_argument(args, kwargs, 4, "padding", 0)
+    return list(padding) * (2 // len(padding)) if isinstance(padding, (list, tuple)) else [padding, padding]
+
+
+def _winograd_tile(overload: Any, input: Any, weight: torch.Tensor, args: list, kwargs: dict) -> int:
+    """The Winograd output tile of a 2-D convolution of a constant filter (`winograd.output_tile`),
+    or 0: only 3x3 filters with stride 1, no dilation, no groups, a padding of ints and a float32
+    input whose height and width are known at export."""
+    if overload is not torch.ops.aten.conv2d.default or tuple(weight.shape[2:]) != (3, 3):
+        return 0
+    if weight.dtype != torch.float32 or not isinstance(input, Value) or not isinstance(input.type, TensorType):
+        return 0
+    shape = input.type.shape
+    settings = [_conv2d_argument(args, kwargs, index, name, 1) for index, name in ((3, "stride"), (5, "dilation"))]
+    if any(not _all_ones(setting) for setting in settings) or _conv2d_argument(args, kwargs, 6, "groups", 1) != 1:
+        return 0
+    padding = _conv2d_argument(args, kwargs, 4, "padding", 0)
+    if not all(isinstance(size, int) for size in (padding if isinstance(padding, (list, tuple)) else [padding])):
+        return 0
+    if len(shape) != 4 or not all(isinstance(size, int) for size in shape[2:]):
+        return 0
+    return winograd.output_tile(weight.shape[1], weight.shape[0], shape[2:])
+
+
+def _all_ones(setting: Any) -> bool:
+    return all(value == 1 for value in setting) if isinstance(setting, (list, tuple)) else setting == 1
 
 
 def _constant_filter(arg: Any) -> torch.Tensor | None:

@@ -1,5 +1,6 @@
-"""Which form each convolution takes on which CPU (`decompositions._im2col_wins`), and that the
-im2col form matches PyTorch through the whole exporter.
+"""Which form each convolution takes on which CPU (`decompositions._im2col_wins`,
+`winograd.output_tile`), and that the im2col and Winograd forms match PyTorch, alone and through the
+whole exporter.
 
 The form depends on this machine's CPU (`cpu_features.has_avx512`); the tests set the answer, so both
 forms are checked on any machine.
@@ -7,7 +8,9 @@ forms are checked on any machine.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,32 +19,77 @@ from torch import nn
 
 import dycl_iree
 from dycl_iree import cpu_features
-from dycl_iree.decompositions import decomposition_table
+from dycl_iree.winograd import convolution_as_winograd
+from tests.conftest import check_hosts, export_compiled
 
 
-def _ops_after_decomposition(model: nn.Module, example: torch.Tensor) -> set[str]:
-    exported = torch.export.export(model, (example,)).run_decompositions(decomposition_table())
-    return {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+def _lowered_ops(model: nn.Module, example: torch.Tensor, dynamic_shapes: Any = None) -> set[str]:
+    """The torch ops of the model's MLIR as the exporter lowers it (`lower` writes Winograd's form
+    for a constant filter, the decompositions the others)."""
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    text = str(lower(partition(specialize(capture(model), (example,), dynamic_shapes))).module)
+    return set(re.findall(r"torch\.aten\.[a-z_0-9.]+", text))
 
 
 @pytest.mark.parametrize(
-    ("channels", "size", "stride", "avx512", "im2col"),
+    ("channels", "size", "kernel", "stride", "avx512", "form"),
     [
-        (128, 14, 1, False, True),  # many channels, no AVX-512: im2col + matmul
-        (64, 56, 2, False, False),  # 64 channels at 28x28 output: too few pixels to pay for the copy
-        (64, 56, 1, False, True),  # ResNet's layer1: 64 channels at 56x56
-        (32, 32, 1, False, False),  # the zoo's sizes stay direct
-        (128, 14, 1, True, False),  # with AVX-512 IREE's direct convolution wins at every size
+        (128, 14, 3, 1, False, "winograd"),  # many channels, 3x3, stride 1, no AVX-512: F(2x2, 3x3)
+        (128, 14, 3, 2, False, "im2col"),  # strided: im2col + matmul
+        (128, 14, 5, 1, False, "im2col"),  # not 3x3: im2col + matmul
+        (64, 56, 3, 2, False, "direct"),  # 64 channels at 28x28 output: too few pixels to pay for the copy
+        (64, 56, 3, 1, False, "winograd"),  # ResNet's layer1: 64 channels at 56x56
+        (64, 32, 3, 1, False, "direct"),  # the zoo's sizes stay direct
+        (32, 32, 3, 1, False, "direct"),
+        (128, 14, 3, 1, True, "direct"),  # with AVX-512 IREE's direct convolution (Winograd unmeasured)
     ],
 )
 def test_the_form_of_a_convolution_follows_its_shape_and_the_cpu(
-    channels: int, size: int, stride: int, avx512: bool, im2col: bool, monkeypatch: pytest.MonkeyPatch
+    channels: int, size: int, kernel: int, stride: int, avx512: bool, form: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cpu_features, "has_avx512", lambda: avx512)
-    model = nn.Conv2d(channels, 8, 3, stride, 1).eval()
-    ops = _ops_after_decomposition(model, torch.randn(1, channels, size, size))
-    assert ("aten.convolution.default" not in ops) == im2col, ops
-    assert ("aten.mm.default" in ops) == im2col, ops
+    model = nn.Conv2d(channels, 8, kernel, stride, kernel // 2).eval()
+    ops = _lowered_ops(model, torch.randn(1, channels, size, size))
+    assert ("torch.aten.convolution" in ops) == (form == "direct"), ops
+    assert ("torch.aten.mm" in ops) == (form == "im2col"), ops
+    assert ("torch.aten.bmm" in ops) == (form == "winograd"), ops
+
+
+@pytest.mark.parametrize("output_tile", [2, 4])
+@pytest.mark.parametrize(
+    ("channels", "features", "height", "width", "padding", "bias"),
+    [
+        (8, 16, 9, 9, [1, 1], True),  # an odd size: the last tile is cropped
+        (3, 5, 10, 7, [0, 0], False),  # no padding, height and width differ
+        (4, 6, 7, 6, [2, 1], True),  # padding wider than the filter's reach on one side
+        (16, 8, 3, 3, [1, 1], False),  # one tile
+    ],
+)
+def test_winograd_equals_pytorch_convolution(
+    output_tile: int, channels: int, features: int, height: int, width: int, padding: list[int], bias: bool
+) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, channels, height, width, dtype=torch.float64)
+    weight = torch.randn(features, channels, 3, 3, dtype=torch.float64)
+    offset = torch.randn(features, dtype=torch.float64) if bias else None
+    expected = torch.nn.functional.conv2d(x, weight, offset, padding=padding)
+    out = convolution_as_winograd(x, weight, offset, padding, output_tile)
+    assert out.shape == expected.shape and out.is_contiguous()
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_winograd_in_float32_stays_within_the_contract() -> None:
+    """F(2x2, 3x3) at ResNet's layer3 (256 channels, 14x14): the largest error in float32 against the
+    float64 convolution, relative to the largest output, is well within 1e-5."""
+    torch.manual_seed(0)
+    x, weight = torch.randn(1, 256, 14, 14), torch.randn(256, 256, 3, 3) / 48
+    exact = torch.nn.functional.conv2d(x.double(), weight.double(), padding=1)
+    out = convolution_as_winograd(x, weight, None, [1, 1], 2)
+    assert float((out.double() - exact).abs().max() / exact.abs().max()) < 2e-6
 
 
 class StridedBlock(nn.Module):
@@ -74,3 +122,51 @@ def test_im2col_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monkeyp
             taken.add(bool(torch.relu(model.first(sample)).mean() > 0.3))
             np.testing.assert_allclose(run(sample), model(sample).numpy(), rtol=1e-4, atol=1e-4)
     assert taken == {True, False}
+
+
+class WinogradBlock(nn.Module):
+    """3x3 stride-1 convolutions with many channels (with and without padding and bias) on both sides
+    of a branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Conv2d(128, 128, 3, 1, 1)
+        self.second = nn.Conv2d(128, 128, 3, 1, 0, bias=False)
+        self.third = nn.Conv2d(128, 64, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.first(x))
+        if x.mean() > 0.3:
+            return self.second(x)
+        return self.third(x)
+
+
+def test_winograd_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probe
+    torch.manual_seed(0)
+    model = WinogradBlock().eval()
+    samples = [torch.randn(1, 128, 11, 11) + shift for shift in (0.0, 2.0)]
+    assert "torch.aten.bmm" in _lowered_ops(model, samples[0])
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "block")
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions  # the one branch, both sides taken
+    assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
+
+
+def test_winograd_convolutions_take_a_batch_that_varies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(128, 32, 3, 1, 1), nn.ReLU()).eval()
+    example = torch.randn(2, 128, 6, 6)
+    assert "torch.aten.bmm" in _lowered_ops(model, example, ({0: "batch"},))
+    bundle = dycl_iree.export(model, (example,), dynamic_shapes=({0: "batch"},))
+    assert bundle.host == "compiled"
+    run = dycl_iree.load(bundle.save(tmp_path / "batch.dycl"))
+    with torch.no_grad():
+        for batch in (1, 3):
+            sample = torch.randn(batch, 128, 6, 6)
+            expected = model(sample).numpy()
+            np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())

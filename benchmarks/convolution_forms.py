@@ -1,0 +1,121 @@
+"""Whether the exporter's Winograd convolutions make the deployment-size models faster on one thread,
+and keep them right.
+
+    python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
+
+Each model of `models/imagenet.py` is exported twice by `dycl_iree.export` (compiled host, the
+flags `llvm-cpu` gets on this machine): once as the exporter writes it (`winograd.output_tile`
+picks the 3x3 convolutions written as Winograd's F(2x2, 3x3)), once with every convolution in the
+form it had before (`output_tile` patched to 0: IREE's direct convolution, or im2col + matmul
+without AVX-512). Both are checked against PyTorch eager on every sample and timed alternating in
+this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
+`compile_flags.time_alternating`, the same rules). `--cpu znver3` exports as for an AVX2 host on an
+AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs
+in the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
+Winograd too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ["DYCL_IREE_EXPORT_CACHE"] = "0"
+
+import torch  # noqa: E402
+from compile_flags import check, exporting_for, time_alternating  # noqa: E402
+
+import dycl_iree  # noqa: E402
+from dycl_iree import winograd  # noqa: E402
+from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
+from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
+from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
+from models.imagenet import MODELS, SAMPLES  # noqa: E402
+
+BASELINE = "without Winograd"
+FORMS = {BASELINE: lambda *shape: 0, "as exported (Winograd where picked)": None}
+
+
+def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
+    """A compiled-host runner of `model` per form (`FORMS`: the Winograd rule patched, or not), and
+    the size of its saved bundle in MiB (the filters Winograd transforms are stored transformed:
+    16/9 of their size) and the export's wall seconds, as text."""
+    runs: dict[str, object] = {}
+    sizes: dict[str, str] = {}
+    for name, rule in FORMS.items():
+        saved = winograd.output_tile
+        if rule is not None:
+            winograd.output_tile = rule
+        start = time.perf_counter()
+        try:
+            bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes, cache=False)
+        finally:
+            winograd.output_tile = saved
+        if bundle.host != "compiled":
+            raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
+        path = bundle.save(folder / f"form-{len(runs)}.dycl")
+        runs[name] = dycl_iree.load(str(path), device="local-sync", host="compiled")
+        size = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+        sizes[name] = f"{size / 2**20:.1f} | {time.perf_counter() - start:.0f}"
+    return runs, sizes
+
+
+def onnxruntime_call(model_name: str, model, example: tuple, samples: list[tuple], folder: Path):
+    """A call of ONNX Runtime on one thread on the first sample, as `bench` runs it."""
+    peer = OnnxRuntime()
+    peer.prepare(ModelContext(model_name, model, example, samples, folder, threads=1))
+    feed = peer.convert(samples[0])
+    return lambda *inputs: peer.run(feed)
+
+
+def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
+    torch.set_num_threads(1)
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; {rounds} rounds; CPU ms per call, one thread")
+    print(
+        "| model | form | median ms | min-max ms | ratio to without (median, min-max) | max abs error "
+        "| within contract | bundle MiB | export s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model_name in model_names:
+        made = MODELS[model_name]()
+        model, example = made[0].eval(), tuple(made[1])
+        dynamic_shapes = made[2] if len(made) > 2 else None
+        samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(example)]
+        with torch.no_grad():
+            expected = [model(*sample) for sample in samples]
+        with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
+            with exporting_for(cpu):
+                runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder))
+            exact = Float64Reference(model)
+            errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
+            runs["onnxruntime"] = onnxruntime_call(model_name, model, example, samples, Path(folder))
+            errors["onnxruntime"] = (float("nan"), None)
+            times = time_alternating(runs, samples[0], rounds)
+        for name, series in times.items():
+            ratios = [value / reference for value, reference in zip(series, times[BASELINE])]
+            worst, reason = errors[name]
+            size = sizes.get(name, "- | -")
+            print(
+                f"| {model_name} | {name} | {statistics.median(series) * 1e3:.2f} | "
+                f"{min(series) * 1e3:.2f}-{max(series) * 1e3:.2f} | "
+                f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) | {worst:.2e} | "
+                f"{'yes' if reason is None else 'NO: ' + reason} | {size} |",
+                flush=True,
+            )
+        print(f"(load average after {model_name}: {os.getloadavg()[0]:.1f})", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,resnet50", help="models of models/imagenet.py")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds (default 9)")
+    parser.add_argument("--cpu", help="export and compile as on a host with this CPU and no AVX-512 (e.g. znver3)")
+    arguments = parser.parse_args()
+    main(arguments.models.split(","), arguments.rounds, arguments.cpu)

@@ -1,0 +1,191 @@
+"""Winograd's minimal filtering for 3x3 stride-1 convolutions, F(2x2, 3x3) and F(4x4, 3x3), written
+as aten ops IREE compiles well: strided slices and adds for the input and output transforms, one
+batched matmul for the products.
+
+For output tiles of m x m pixels and a 3x3 filter, each (m + 2) x (m + 2) input tile d becomes
+`V = B^T d B`, each filter g becomes `U = G g G^T` (a constant: the exporter computes it),
+the product is `M[a, b] = V[a, b] @ U[a, b]` over the channels for each of the (m + 2)^2 tile
+positions (a batched matmul [(m+2)^2] x [tiles, C] x [C, F]), and the output tile is `A^T M A`:
+(m + 2)^2 / 9 of the direct convolution's multiplications per output pixel (F(2x2, 3x3): 16 for 36,
+F(4x4, 3x3): 36 for 144) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015).
+
+Example:
+    >>> x, w = torch.randn(1, 8, 9, 9), torch.randn(16, 8, 3, 3)
+    >>> out = convolution_as_winograd(x, w, None, [1, 1], output_tile=2)
+    >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1), atol=1e-4)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+from . import cpu_features
+
+aten = torch.ops.aten
+
+# (B^T, G, A^T) for output tiles of 2 and 4 pixels and a 3-tap filter (Lavin and Gray's matrices).
+TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
+    2: (
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [
+            [1, 0, 0],
+            [Fraction(1, 2), Fraction(1, 2), Fraction(1, 2)],
+            [Fraction(1, 2), Fraction(-1, 2), Fraction(1, 2)],
+            [0, 0, 1],
+        ],
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: (
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        [
+            [Fraction(1, 4), 0, 0],
+            [Fraction(-1, 6), Fraction(-1, 6), Fraction(-1, 6)],
+            [Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)],
+            [Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)],
+            [Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)],
+            [0, 0, 1],
+        ],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
+}
+
+
+def _combination(coefficients: Sequence[Fraction | int], terms: Sequence[torch.Tensor]) -> torch.Tensor:
+    """sum(c * t), skipping zero coefficients and multiplying only where |c| != 1."""
+    out = None
+    for coefficient, term in zip(coefficients, terms, strict=True):
+        if coefficient == 0:
+            continue
+        if out is None:
+            out = term if coefficient == 1 else term * float(coefficient)
+        elif coefficient == 1:
+            out = out + term
+        elif coefficient == -1:
+            out = out - term
+        else:
+            out = out + term * float(coefficient)
+    assert out is not None
+    return out
+
+
+def transformed_filter(weight: torch.Tensor, output_tile: int) -> torch.Tensor:
+    """`G g G^T` of every [F, C, 3, 3] filter, as [(m+2)^2, C, F], computed in float64 and returned
+    in the filter's dtype: one matmul of the Kronecker product of G with itself by the filter read
+    as [9, C * F].
+
+    The exporter computes it once (`lower._segment_graph`) and stores the result as the constant:
+    written as aten ops on the filter, IREE hoists and evaluates only the parts that grow by less
+    than 1 MiB (`--iree-opt-const-expr-max-size-increase-threshold`), and then copies them into
+    one tensor at every call, besides storing 5 of the filter's 9 taps (ResNet-18's bundle 44.7 ->
+    91.5 MiB, its export 27 -> 162 s).
+
+    >>> transformed_filter(torch.ones(8, 4, 3, 3), 2).shape
+    torch.Size([16, 4, 8])
+    """
+    out_channels, channels = weight.shape[:2]
+    _, g, _ = TRANSFORMS[output_tile]
+    g64 = torch.tensor([[float(value) for value in row] for row in g], dtype=torch.float64)
+    hwcf = weight.detach().to(torch.float64).permute(2, 3, 1, 0).reshape(9, channels * out_channels)
+    products = torch.kron(g64, g64) @ hwcf
+    return products.reshape(len(g) * len(g), channels, out_channels).to(weight.dtype).contiguous()
+
+
+def convolution_as_winograd(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    output_tile: int = 2,
+) -> torch.Tensor:
+    """A 3x3 stride-1 convolution without groups or dilation as Winograd's F(m x m, 3 x 3), m =
+    `output_tile` (2 or 4): `convolution_with_transformed_filter` of the transformed `weight`."""
+    transformed = transformed_filter(weight, output_tile)
+    return convolution_with_transformed_filter(input, transformed, bias, padding, output_tile)
+
+
+def convolution_with_transformed_filter(
+    input: torch.Tensor,
+    transformed: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    output_tile: int,
+) -> torch.Tensor:
+    """A 3x3 stride-1 convolution of an NCHW input without groups or dilation as Winograd's
+    F(m x m, 3 x 3), m = `output_tile` (2 or 4), from the filter `transformed_filter` made, in NHWC
+    order, returning NCHW (contiguous) like the op it replaces. `lower._segment_graph` calls it in
+    place of a convolution, and torch.export traces it into aten ops.
+
+    The input is padded to whole tiles; tile (t, u)'s row i is the padded input's row t*m + i, so
+    each of the m+2 rows of every tile is one strided slice (stride m) of the padded input, and
+    `B^T d B` is a sum of such slices (the rows first, then the columns): copies and adds IREE
+    fuses and vectorizes, where unfolding tiles by index would be a gather.
+    """
+    batch, channels, height, width = input.shape
+    out_channels = transformed.shape[2]
+    b_t, _, a_t = TRANSFORMS[output_tile]
+    m, alpha = output_tile, output_tile + 2
+    pad_h, pad_w = padding
+    out_h, out_w = height + 2 * pad_h - 2, width + 2 * pad_w - 2
+    tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
+    nhwc = aten.permute(input, [0, 2, 3, 1])
+    bottom, right = tiles_h * m + 2 - height - pad_h, tiles_w * m + 2 - width - pad_w
+    padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, right, pad_h, bottom], 0.0)
+    rows = [aten.slice(padded, 1, i, i + m * (tiles_h - 1) + 1, m) for i in range(alpha)]
+    positions = []
+    for a in range(alpha):
+        row = _combination(b_t[a], rows)  # [N, tiles_h, padded width, C]
+        columns = [aten.slice(row, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)]
+        for b in range(alpha):
+            positions.append(_combination(b_t[b], columns).reshape(1, batch * tiles_h * tiles_w, channels))
+    products = aten.bmm(aten.cat(positions, 0), transformed)  # [alpha^2, tiles, F]
+    products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, out_channels)
+    partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
+    out_rows = []
+    for p in range(m):
+        pixels = [_combination(a_t[q], [aten.select(partial[p], 0, b) for b in range(alpha)]) for q in range(m)]
+        out_rows.append(aten.stack(pixels, 3))  # [N, tiles_h, tiles_w, m, F]
+    out = aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, out_channels)
+    out = aten.slice(aten.slice(out, 1, 0, out_h), 2, 0, out_w)
+    if bias is not None:
+        out = out + bias
+    return aten.permute(out, [0, 3, 1, 2]).contiguous()
+
+
+def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> int:
+    """The Winograd output tile (2 or 4) a 3x3 stride-1 convolution without groups or dilation, of
+    a constant filter, takes on the CPU `llvm-cpu` compiles for (this machine's), or 0 for the form
+    `decompositions.convolution_channels_last` picks otherwise (`lower._segment_graph` asks).
+
+    Without AVX-512, where `decompositions._im2col_wins` writes ResNet's 3x3 convolutions as
+    im2col + matmul, F(2x2, 3x3) runs them 1.7-2.7x faster over two runs (code for znver3, one thread,
+    `benchmarks/conv_shapes.py`, as GFLOP/s of the direct convolution's operations: layer1 49 ->
+    89, layer2 42 -> 106, layer3 37 -> 101, layer4 24 -> 52), with a largest error of 4-8e-7 of
+    the largest output where the direct convolution's is 0.8-2.2e-6. It takes the same shapes as
+    im2col (from 128 input channels, or 64 at 56x56 and more), so the zoo's convolutions (at most
+    64 channels at 8x8) keep their direct form: there one convolution measured faster too
+    (64 channels at 8x8: 19 -> 53), but not whole models. F(4x4, 3x3) is faster still at 56x56
+    and 28x28 (126 and 151), but its error reaches 1.3e-5 of the largest output (layer4), over
+    the exporter's contract of 1e-5. With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s
+    (README, performance) and Winograd is unmeasured there, so nothing changes.
+
+    >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.has_avx512() else 2)
+    True
+    >>> output_tile(64, 64, [8, 8])
+    0
+    """
+    if cpu_features.has_avx512() or not all(isinstance(size, int) for size in spatial):
+        return 0
+    pixels = spatial[0] * spatial[1]
+    return 2 if in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56) else 0
