@@ -58,3 +58,52 @@ def test_a_list_that_starts_empty_grows_in_a_loop_with_a_break(tmp_path) -> None
             got_h, got_all = run(x.numpy())
             np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
             np.testing.assert_allclose(got_all, want_all.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+
+
+class _CollectWhileLarge(nn.Module):
+    """While any value is large, shrink the rows and collect them in an inner search that stops at
+    a small sum (fuzzer seed 80004, cut down). The list starts empty and is appended only inside
+    the inner loop, a `for` with a `break`: the compiled host failed with OUT_OF_RANGE ("buffer
+    byte_length=0"), whatever the example did, as IREE wrote the appended rows into the buffer of
+    the list's size before the loops. A loop inside another loop with an exit now passes what a
+    concatenation in its body grows through a barrier with its sizes (`control_flow.concatenations`)."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        preds: List[torch.Tensor] = []  # noqa: UP006
+        j = 0
+        while (h > 2.6).any().item() and j < 3:
+            h = h * 0.75 + 0.125
+            for _ in range(3):
+                if h.sum() > 2.05:
+                    break
+                preds.append(h * 1.0)
+            j += 1
+        preds.append(h * 1.0)
+        return h, preds
+
+
+def test_a_list_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> None:
+    model = _CollectWhileLarge().eval()
+    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "collect.dycl")
+    inputs = []
+    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step of three appends; several steps
+        x = torch.full((3, 6), -1.0)
+        x[0, 0] = large
+        inputs.append(x)
+    inputs.append(torch.full((3, 6), 3.0))  # a step whose inner search stops at once
+    lengths = {len(model(x)[1]) for x in inputs}
+    assert {1, 4} <= lengths and max(lengths) >= 7, lengths
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host, record=True)
+        for x in inputs:
+            want_h, want_list = model(x)
+            got_h, got_list = run(x.numpy())
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+            assert len(got_list) == len(want_list), host
+            for got, want in zip(got_list, want_list):
+                np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+    trips = [count for counts in run.trip_counts.values() for count in counts]
+    assert 0 in trips and 3 in trips, run.trip_counts  # loops skipped, and run to their cap

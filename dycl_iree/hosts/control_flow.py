@@ -12,6 +12,8 @@ from ..program import (
     If,
     ListType,
     Loop,
+    Program,
+    SegmentCall,
     TensorType,
     Value,
     arg_values,
@@ -122,9 +124,24 @@ class ControlFlowEmitter:
         # A list of tensors that starts empty in a loop with an exit grows however the example went
         # (seed 75127: appended after an inner loop, on a path the example did not take).
         empty = [not for_like and enclosing == 0 and _starts_empty(arg) for arg in node.initial]
+        # Inside another loop, a loop with an exit grows what a concatenation in its body makes
+        # (a list of tensors appended to, `acc = torch.cat([acc, h])`), whatever the example did:
+        # without the barrier, IREE wrote the appended rows into the buffer of the list's size
+        # before the loops (OUT_OF_RANGE, "buffer byte_length=0": a list that starts empty,
+        # appended in a `for` with a `break` inside a `while`, fuzzer seed 80004).
+        concatenated = [
+            not for_like and enclosing > 0 and isinstance(result, Value) and result in self.concatenated
+            for result in node.body.results[1:]
+        ]
         grown = [False] + [
-            grows or starts_empty or isinstance(param.type, ListType) or ((for_like or hold) and _grows(param, result))
-            for param, result, hold, starts_empty in zip(node.body.params[1:], node.body.results[1:], held, empty)
+            grows
+            or starts_empty
+            or by_concatenation
+            or isinstance(param.type, ListType)
+            or ((for_like or hold) and _grows(param, result))
+            for param, result, hold, starts_empty, by_concatenation in zip(
+                node.body.params[1:], node.body.results[1:], held, empty, concatenated
+            )
         ]
         # A held tensor the body does not grow passes only its sizes through barriers at the top:
         # behind a barrier of its own, a tensor computed before the loop reached the body as zeros
@@ -533,6 +550,34 @@ def _starts_without_rows(node: Loop) -> set[int]:
         if shape and shape[0] == 0 and None in shape[1:] and node.outputs[position].type.shape[0] is None:
             spare.add(position)
     return spare
+
+
+def concatenations(program: Program) -> set[Value]:
+    """The values that are a concatenation's result on some path: the outputs of segments that
+    compute them with `aten::cat` (an append to a list of tensors, `torch.cat([acc, h])`), and the
+    outputs of the branches and loops that pass one on."""
+    segments = {segment.name: segment for segment in program.segments}
+    made = {
+        name: {op.outputs[0] for op in segment.nodes if op.target.startswith("aten::cat")}
+        for name, segment in segments.items()
+    }
+    found: set[Value] = set()
+
+    def visit(block: Block) -> None:
+        for node in block.nodes:
+            for inner in sub_blocks(node):
+                visit(inner)
+            if isinstance(node, SegmentCall):
+                results = segments[node.segment].results
+                found.update(out for out, result in zip(node.outputs, results) if result in made[node.segment])
+            elif isinstance(node, If):
+                pairs = zip(node.outputs, node.then_block.results, node.else_block.results)
+                found.update(out for out, a, b in pairs if a in found or b in found)
+            elif isinstance(node, Loop):
+                found.update(out for out, result in zip(node.outputs, node.body.results[1:]) if result in found)
+
+    visit(program.body)
+    return found
 
 
 def _grows(param: Value, result: Arg) -> bool:
