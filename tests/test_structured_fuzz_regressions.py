@@ -87,3 +87,36 @@ def test_a_dict_set_in_nested_loops_with_a_return_gets_the_compiled_host(tmp_pat
     # `n > 4` (and the tests after each loop of whether it returned) went both ways: n = 5 returned
     # from inside, the others ran to the end.
     assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
+
+
+class PiecesOfDataDependentWidth(nn.Module):
+    """Pieces as wide as the data says, the first taken before the loop, the others in a loop with
+    an exit, concatenated along their width (fuzzer seed 80031, cut down). The list started with a
+    tensor, so it was stacked, and the second piece of another width raised "the tensors of a list
+    that grows at run time must have the same sizes" where PyTorch concatenates them."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        pieces: List[torch.Tensor] = []
+        pieces.append(h[:, : int(h.argmax(1).max()) % 8 + 1] * 0.5)
+        j = 0
+        while float(h[0, 1]) > 0.0 and j < 3:
+            h = torch.clamp(h, -1.0, 1.0) - 0.25
+            pieces.append(h[:, : int((h > 0.0).sum()) % 8 + 1] * 0.5)
+            j += 1
+        return h, torch.cat(pieces + [h], 1)
+
+
+def test_pieces_of_data_dependent_width_from_a_list_that_starts_with_one(tmp_path):
+    model = PiecesOfDataDependentWidth()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(2, 8),), "pieces")
+    widths = set()
+    for seed in range(10):
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)) * 2.0
+        if seed % 3 == 0:
+            x[0, 1] = 5.0  # the loop runs to its cap
+        h, joined = check_hosts(scripted, [compiled, python], (x,))
+        widths.add(joined.shape[1] - h.shape[1])
+    assert len(widths) >= 4, widths  # lists of several lengths and widths
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert {0, 3} <= set(trips), python.trip_counts

@@ -64,7 +64,15 @@ class RaggedLists:
         starts_empty = any(isinstance(entry, ListArg) and not entry.items for entry in entries)
         dynamic = [d for d in range(first.rank) if any(t.shape[d] is None for t in types)]
         differing = [d for d in range(first.rank) if len({t.shape[d] for t in types}) > 1]
-        if not differing and (not dynamic or not starts_empty):
+        if not differing and not dynamic:
+            return None
+        # A dynamic dim the model concatenates such lists along can differ from tensor to tensor
+        # (`pieces.append(h[:, :w])`, w read from the data: fuzzer seed 80031): concatenated along
+        # it, even when the list starts with a tensor, and not stacked (whose appends must match).
+        # Where the model concatenates lists along several of its dynamic dims, which is this
+        # list's is not known here: stacked, as before.
+        along = set(dynamic) & self.concatenation_dims
+        if not differing and not starts_empty and (self.stacks_lists or len(along) != 1):
             return None
         if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
             if self.size_witness(element_type(types, source)) is not None:
