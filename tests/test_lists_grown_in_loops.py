@@ -3,7 +3,7 @@ not take in the first step (fuzzer seed 75127), against PyTorch on both hosts.""
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -107,3 +107,95 @@ def test_a_list_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> 
                 np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
     trips = [count for counts in run.trip_counts.values() for count in counts]
     assert 0 in trips and 3 in trips, run.trip_counts  # loops skipped, and run to their cap
+
+
+class _CollectPairsWhileLarge(nn.Module):
+    """`_CollectWhileLarge` with a list of tuples (fuzzer seed 80004): each entry holds the rows and
+    their largest softmax weights. The list travels as two stacked tensors that one segment appends
+    to with `aten::cat` (`specialize.tuple_lists`), and the compiled host still failed with
+    OUT_OF_RANGE ("buffer byte_length=192") once the inner loop had appended: IREE sized the buffer
+    that holds both stacks after the final append as if the loops had left them empty. The outer
+    loop now passes what a concatenation grows on through barriers with its sizes."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []  # noqa: UP006
+        j = 0
+        while (h > 2.6).any().item() and j < 3:
+            h = h * 0.75 + 0.125
+            for _ in range(3):
+                if h.sum() > 2.05:
+                    break
+                preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+            j += 1
+        preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+        return h, preds
+
+
+def test_a_list_of_tuples_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> None:
+    model = _CollectPairsWhileLarge().eval()
+    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "pairs.dycl")
+    inputs = []
+    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step of three appends; several steps
+        x = torch.full((3, 6), -1.0)
+        x[0, 0] = large
+        inputs.append(x)
+    inputs.append(torch.full((3, 6), 3.0))  # a step whose inner search stops at once
+    lengths = [len(model(x)[1]) for x in inputs]
+    assert 1 in lengths and 4 in lengths and max(lengths) >= 7, lengths
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host, record=True)
+        for x in inputs:
+            want_h, want_list = model(x)
+            got_h, got_list = run(x.numpy())
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+            assert len(got_list) == len(want_list), host
+            for (got_rows, got_weights), (want_rows, want_weights) in zip(got_list, want_list):
+                np.testing.assert_allclose(got_rows, want_rows.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+                np.testing.assert_allclose(got_weights, want_weights.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+    # The Python host's record: the outer loop ran once per input, the inner one once per step.
+    outer, inner = sorted(run.trip_counts.values(), key=len)
+    assert len(outer) == len(inputs) and {0, 1, 3} <= set(outer), run.trip_counts  # none, one, several
+    assert {1, 3} <= set(inner), run.trip_counts  # stopped by the `break` at once, and run to its cap
+
+
+class _CollectPairsWhileLargeFlat(nn.Module):
+    """The same without the inner loop: a list of tuples appended in a `while` and once more after
+    it failed the same way (OUT_OF_RANGE) once the loop had run."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []  # noqa: UP006
+        j = 0
+        while (h > 2.6).any().item() and j < 4:
+            h = h * 0.75 + 0.125
+            preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+            j += 1
+        preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+        return h, preds
+
+
+def test_a_list_of_tuples_appended_in_a_loop_with_an_exit_and_after_it(tmp_path) -> None:
+    model = _CollectPairsWhileLargeFlat().eval()
+    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path / "pairs_flat.dycl")
+    inputs = []
+    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step; several; the cap
+        x = torch.full((3, 6), -1.0)
+        x[0, 0] = large
+        inputs.append(x)
+    for host in ("compiled", "python"):
+        run = dycl_iree.load(path, host=host, record=True)
+        for x in inputs:
+            want_h, want_list = model(x)
+            got_h, got_list = run(x.numpy())
+            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+            assert len(got_list) == len(want_list), host
+            for (got_rows, got_weights), (want_rows, want_weights) in zip(got_list, want_list):
+                np.testing.assert_allclose(got_rows, want_rows.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+                np.testing.assert_allclose(got_weights, want_weights.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+    (trips,) = run.trip_counts.values()  # the Python host's record
+    assert trips[:2] == [0, 1] and len(set(trips)) == len(inputs), trips  # none, one, several, the cap

@@ -48,7 +48,7 @@ from ..program import (
 from ..random_state import global_seed_draws
 from ..sources import relative_sources
 from ..specialize.values import UNINITIALIZED
-from .control_flow import ControlFlowEmitter, concatenations
+from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
 from .scalars import emit_scalar_op
 from .types import INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
@@ -199,6 +199,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
         self.loops_done = 0  # loops emitted so far, and how many there were when each value was made
         self.made_after: dict[Value, int] = {}
         self.concatenated: set[Value] = set()  # `control_flow.concatenations` of the program
+        self.read_by_segments: set[Value] = set()  # `control_flow.segment_inputs` of the program
         # What the compiled host cannot express, each with where it is; the walk goes on past
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []
@@ -527,6 +528,7 @@ def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str],
     seeded = {segment.name: global_seed_draws(segment) for segment in program.segments}
     emitter = _Emitter(signatures, {name: ops for name, ops in seeded.items() if ops})
     emitter.concatenated = concatenations(program)
+    emitter.read_by_segments = segment_inputs(program)
     params = _abi_params(emitter, program.inputs)
     result_types = []
     for arg in program.body.results:

@@ -183,8 +183,28 @@ class ControlFlowEmitter:
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
         self.loops_done += 1
+        # A loop with an exit passes what a concatenation grows, and a segment reads after the loop,
+        # on with its sizes through barriers. Without them IREE's integer arithmetic optimization
+        # (`iree-util-optimize-int-arithmetic`) folded the `util.align` that packs two such values
+        # into one buffer after the loop (a list of tuples, carried as stacks, appended once more)
+        # as if the loop had left them empty: OUT_OF_RANGE, "buffer byte_length=192" (fuzzer seed
+        # 80004; README, "Known traps"). Barriers inside the `scf.if` that holds the loop do not
+        # stop the fold. Not on a value only returned: there the barriers on a search's best and
+        # latest tokens, which can be one buffer, made the call fail ("ref is null" in
+        # `hal.buffer_view.create`, `test_a_scripted_class_is_carried_field_by_field_through_a_loop`).
+        leaving = [
+            not for_like
+            and isinstance(arg, Value)
+            and arg in self.concatenated
+            and output in self.read_by_segments
+            and "?" in builtin
+            for arg, output, builtin in zip(node.body.results[1:], node.outputs, builtins[1:])
+        ]
         for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
-            name = self.narrowed(self.from_builtin(f"{result}#{position + 1}", carrier), type_text)
+            out = f"{result}#{position + 1}"
+            if leaving[position]:
+                out = self.builtin_barrier(out, builtins[position + 1], sizes_too=True)
+            name = self.narrowed(self.from_builtin(out, carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
 
     def distinct(self, names: list[str], types: list[str], entry: bool = False) -> list[str]:
@@ -578,6 +598,11 @@ def concatenations(program: Program) -> set[Value]:
 
     visit(program.body)
     return found
+
+
+def segment_inputs(program: Program) -> set[Value]:
+    """The values that a segment call reads, anywhere in the program."""
+    return {value for node in iter_nodes(program.body) if isinstance(node, SegmentCall) for value in node_inputs(node)}
 
 
 def _grows(param: Value, result: Arg) -> bool:
