@@ -120,3 +120,35 @@ def test_pieces_of_data_dependent_width_from_a_list_that_starts_with_one(tmp_pat
     assert len(widths) >= 4, widths  # lists of several lengths and widths
     trips = [count for counts in python.trip_counts.values() for count in counts]
     assert {0, 3} <= set(trips), python.trip_counts
+
+
+class PiecesWithADynamicBatch(nn.Module):
+    """Pieces of a width the data decides, collected from `[]` in a loop with a `break`, with a
+    dynamic batch (fuzzer seeds 80053, 80142, 80156 and others): the empty list was refused, as its
+    empty form needs the batch size. It is now kept concatenated along the width, its empty form
+    taking the batch from `h`, and every append checks its piece has that batch."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        pieces: List[torch.Tensor] = []
+        for _ in range(n):
+            h = torch.tanh(h) + 0.1
+            pieces.append(h[:, : int(h.argmax(1).max()) % 6 + 1] * 0.5)
+            if float(h.sum()) > 3.0:
+                break
+        return h, torch.cat(pieces + [h], 1)
+
+
+def test_pieces_of_data_dependent_width_with_a_dynamic_batch_from_an_empty_list(tmp_path):
+    model = PiecesWithADynamicBatch()
+    example, dynamic = (torch.randn(2, 6), 2), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "pieces_batch", dynamic)
+    widths = set()
+    for seed in range(10):
+        x = torch.randn(1 + seed % 3, 6, generator=torch.Generator().manual_seed(seed))
+        h, joined = check_hosts(scripted, [compiled, python], (x, seed % 4))
+        widths.add(joined.shape[1] - h.shape[1])
+    check_hosts(scripted, [compiled, python], (torch.full((3, 6), 2.0), 3))  # the break at once
+    assert 0 in widths and len(widths) >= 4, widths
+    (label,) = [label for label in python.decisions if label.startswith("if")]
+    assert set(python.decisions[label]) == {True, False}, python.decisions

@@ -146,11 +146,23 @@ class RaggedLists:
         items = [self.materialize(item, source) for item in entry.items]
         if not items:
             if any(d is None for i, d in enumerate(element.shape) if i != dim):
-                shape = str(list(element.shape)).replace("None", "?")
-                raise SpecializeError(
-                    f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} "
-                    f"({source}): an empty list needs every size but that of dim {dim} fixed at export"
-                )
+                # Pieces of a run-time width and a dynamic batch (`pieces.append(h[:, :w])`): the
+                # empty list takes the other sizes from a tensor the loop starts from (`h`), and
+                # every append checks its piece has them (`check_other_sizes`).
+                witness = self.size_witness(element, skip=dim)
+                if witness is None:
+                    shape = str(list(element.shape)).replace("None", "?")
+                    raise SpecializeError(
+                        f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} "
+                        f"({source}): its empty form needs every size but that of dim {dim}, and no tensor the "
+                        "loop starts from has them"
+                    )
+                sizes = [Constant(0) if i == dim else self.size_of(witness, i, source) for i in range(element.rank)]
+                zeros = overload_of("aten::zeros.default")
+                options = [("dtype", Constant(torch_dtype(element.dtype)))]
+                (empty,) = self.emit_tensor_op(zeros, [ListArg(tuple(sizes))], options, source, name="ragged")
+                nothing = self.materialize(Constant(torch.zeros((0,), dtype=torch.int64)), source)
+                return RaggedList(empty, nothing, dim)
             shape = tuple(0 if i == dim else d for i, d in enumerate(element.shape))
             empty = torch.zeros(shape, dtype=torch_dtype(element.dtype))
             nothing = torch.zeros((0,), dtype=torch.int64)
@@ -196,7 +208,21 @@ class RaggedLists:
         if tensor_type_of(item) is None:
             raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
         element = self.ragged_element([items, ListArg((item,))], items.dim, source)  # refuses what cat would
+        self.check_other_sizes(items, item, source)
         return self.join_ragged(items, self.ragged_list(ListArg((item,)), items.dim, element, source), source)
+
+    def check_other_sizes(self, items: RaggedList, item: Value, source: str) -> None:
+        """A host check (shape reads, no device sync) that `item` has the list's sizes in its
+        dynamic dims other than the one the list is concatenated along, as `torch.cat` needs."""
+        for dim in range(item.type.rank):
+            if dim != items.dim and (item.type.shape[dim] is None or items.value.type.shape[dim] is None):
+                want, have = self.size_of(items.value, dim, source), self.size_of(item, dim, source)
+                message = Constant(
+                    f"RuntimeError: Sizes of tensors must match except in dimension {items.dim}: a tensor of "
+                    f"another size in dim {dim} was appended to a list joined along dim {items.dim} ({source})"
+                )
+                upper = self.emit_host("aten::add.int", (want, Constant(1)), "int", source)
+                self.nodes.append(HostOp(CHECK_INDEX, (have, want, upper, message), (), source))
 
     def check_list_index(self, length: Any, index: Any, source: str) -> None:
         """Raise as PyTorch does for `xs[i]` past either end of a list of run-time length (a

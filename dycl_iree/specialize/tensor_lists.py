@@ -135,16 +135,21 @@ class TensorLists:
         (empty,) = self.emit_tensor_op(zeros, [ListArg(tuple(sizes))], options, source, name="stacked")
         return empty
 
-    def size_witness(self, element: TensorType) -> Value | None:
-        """A tensor the loop starts from with the shape of `element`, static and dynamic dims alike
-        (`empty_stacked` reads the dynamic sizes of an empty list's tensors from it), or None."""
+    def size_witness(self, element: TensorType, skip: int | None = None) -> Value | None:
+        """A tensor the loop starts from with the shape of `element`, static and dynamic dims alike,
+        but for dim `skip` (`empty_stacked` reads the dynamic sizes of an empty list's tensors from
+        it, `ragged_list` those but of the dim a list is concatenated along), or None."""
         for witness in self.size_witnesses:
             type_ = tensor_type_of(witness)
             if (
                 isinstance(witness, Value)
                 and type_ is not None
                 and type_.rank == element.rank
-                and all((a is None) == (b is None) and a == b for a, b in zip(type_.shape, element.shape))
+                and all(
+                    (a is None) == (b is None) and a == b
+                    for d, (a, b) in enumerate(zip(type_.shape, element.shape))
+                    if d != skip
+                )
             ):
                 return witness
         return None
