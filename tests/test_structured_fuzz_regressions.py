@@ -152,3 +152,31 @@ def test_pieces_of_data_dependent_width_with_a_dynamic_batch_from_an_empty_list(
     assert 0 in widths and len(widths) >= 4, widths
     (label,) = [label for label in python.decisions if label.startswith("if")]
     assert set(python.decisions[label]) == {True, False}, python.decisions
+
+
+class PiecesThatABranchAppends(nn.Module):
+    """A piece of a data-dependent width that only one side of a branch appends, dynamic batch
+    (fuzzer seeds 80053, 80080, 80114 and others): no loop starts where the empty list meets the
+    branch, so it takes its batch from the model's input."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        pieces: List[torch.Tensor] = []
+        if float(h.mean()) < 0.0:
+            pieces.append(h[:, : int(h.argmax(1).max()) % 4 + 1] * 0.5)
+            h = torch.abs(h) - 0.5
+        return h, torch.cat(pieces + [h], 1)
+
+
+def test_a_piece_that_one_side_of_a_branch_appends_with_a_dynamic_batch(tmp_path):
+    model = PiecesThatABranchAppends()
+    example, dynamic = (torch.randn(2, 4),), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "branch_pieces", dynamic)
+    widths = set()
+    for seed in range(8):
+        x = torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed))
+        h, joined = check_hosts(scripted, [compiled, python], (x,))
+        widths.add(joined.shape[1] - h.shape[1])
+    assert 0 in widths and len(widths) >= 3, widths
+    (label,) = python.decisions
+    assert set(python.decisions[label]) == {True, False}

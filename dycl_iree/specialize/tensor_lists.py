@@ -138,8 +138,10 @@ class TensorLists:
     def size_witness(self, element: TensorType, skip: int | None = None) -> Value | None:
         """A tensor the loop starts from with the shape of `element`, static and dynamic dims alike,
         but for dim `skip` (`empty_stacked` reads the dynamic sizes of an empty list's tensors from
-        it, `ragged_list` those but of the dim a list is concatenated along), or None."""
-        for witness in self.size_witnesses:
+        it, `ragged_list` those but of the dim a list is concatenated along), or None. For the
+        latter, where no loop starts (a list that an `if` leaves empty), the model's inputs too."""
+        witnesses = [*self.size_witnesses, *(getattr(self, "input_witnesses", ()) if skip is not None else ())]
+        for witness in witnesses:
             type_ = tensor_type_of(witness)
             if (
                 isinstance(witness, Value)

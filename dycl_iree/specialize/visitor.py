@@ -701,6 +701,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     for ts_value, entry in zip(ts_inputs, bound):
         spec.bind(ts_value, entry)
     params = tuple(entry for entry in bound if isinstance(entry, Value))
+    spec.input_witnesses = params  # `tensor_lists.size_witness`
     spec.visit_nodes(captured.graph.nodes())
     if spec.raised:
         raising = [n for n in spec.nodes if isinstance(n, HostOp) and n.target == "prim::RaiseException"]
