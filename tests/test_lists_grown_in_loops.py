@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import dycl_iree
+from tests.conftest import check_hosts, export_compiled
 
 
 class _KeepRefined(nn.Module):
@@ -83,30 +84,34 @@ class _CollectWhileLarge(nn.Module):
         return h, preds
 
 
-def test_a_list_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> None:
-    model = _CollectWhileLarge().eval()
-    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "collect.dycl")
+def _one_large_value(values: tuple) -> list[torch.Tensor]:
+    """Rows of -1 with one value of each size in `values` (the loops run while some value is large)."""
     inputs = []
-    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step of three appends; several steps
+    for large in values:
         x = torch.full((3, 6), -1.0)
         x[0, 0] = large
         inputs.append(x)
-    inputs.append(torch.full((3, 6), 3.0))  # a step whose inner search stops at once
+    return inputs
+
+
+def _check_every_input(tmp_path, model: nn.Module, inputs: list, name: str):
+    """Export `model` (with an example that never enters its loops) and check both hosts against the
+    scripted model on `inputs`; returns the Python host, which records the trip counts."""
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.zeros(3, 6),), name)
+    for x in inputs:
+        check_hosts(scripted, [compiled, python], (x,))
+    return python
+
+
+def test_a_list_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> None:
+    model = _CollectWhileLarge().eval()
+    # No step; one step of three appends; several steps; a step whose inner search stops at once.
+    inputs = _one_large_value((0.0, 3.0, 5.0, 9.0)) + [torch.full((3, 6), 3.0)]
     lengths = {len(model(x)[1]) for x in inputs}
     assert {1, 4} <= lengths and max(lengths) >= 7, lengths
-    for host in ("compiled", "python"):
-        run = dycl_iree.load(path, host=host, record=True)
-        for x in inputs:
-            want_h, want_list = model(x)
-            got_h, got_list = run(x.numpy())
-            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-            assert len(got_list) == len(want_list), host
-            for got, want in zip(got_list, want_list):
-                np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-    trips = [count for counts in run.trip_counts.values() for count in counts]
-    assert 0 in trips and 3 in trips, run.trip_counts  # loops skipped, and run to their cap
+    python = _check_every_input(tmp_path, model, inputs, "collect")
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert 0 in trips and 3 in trips, python.trip_counts  # loops skipped, and run to their cap
 
 
 class _CollectPairsWhileLarge(nn.Module):
@@ -134,27 +139,10 @@ class _CollectPairsWhileLarge(nn.Module):
 
 def test_a_list_of_tuples_appended_only_in_a_loop_inside_a_loop_with_an_exit(tmp_path) -> None:
     model = _CollectPairsWhileLarge().eval()
-    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "pairs.dycl")
-    inputs = []
-    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step of three appends; several steps
-        x = torch.full((3, 6), -1.0)
-        x[0, 0] = large
-        inputs.append(x)
-    inputs.append(torch.full((3, 6), 3.0))  # a step whose inner search stops at once
+    inputs = _one_large_value((0.0, 3.0, 5.0, 9.0)) + [torch.full((3, 6), 3.0)]
     lengths = [len(model(x)[1]) for x in inputs]
     assert 1 in lengths and 4 in lengths and max(lengths) >= 7, lengths
-    for host in ("compiled", "python"):
-        run = dycl_iree.load(path, host=host, record=True)
-        for x in inputs:
-            want_h, want_list = model(x)
-            got_h, got_list = run(x.numpy())
-            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-            assert len(got_list) == len(want_list), host
-            for (got_rows, got_weights), (want_rows, want_weights) in zip(got_list, want_list):
-                np.testing.assert_allclose(got_rows, want_rows.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-                np.testing.assert_allclose(got_weights, want_weights.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+    run = _check_every_input(tmp_path, model, inputs, "pairs")
     # The Python host's record: the outer loop ran once per input, the inner one once per step.
     outer, inner = sorted(run.trip_counts.values(), key=len)
     assert len(outer) == len(inputs) and {0, 1, 3} <= set(outer), run.trip_counts  # none, one, several
@@ -178,24 +166,7 @@ class _CollectPairsWhileLargeFlat(nn.Module):
 
 
 def test_a_list_of_tuples_appended_in_a_loop_with_an_exit_and_after_it(tmp_path) -> None:
-    model = _CollectPairsWhileLargeFlat().eval()
-    bundle = dycl_iree.export(model, (torch.zeros(3, 6),))  # the example never enters the loop
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "pairs_flat.dycl")
-    inputs = []
-    for large in (0.0, 3.0, 5.0, 9.0):  # no step; one step; several; the cap
-        x = torch.full((3, 6), -1.0)
-        x[0, 0] = large
-        inputs.append(x)
-    for host in ("compiled", "python"):
-        run = dycl_iree.load(path, host=host, record=True)
-        for x in inputs:
-            want_h, want_list = model(x)
-            got_h, got_list = run(x.numpy())
-            np.testing.assert_allclose(got_h, want_h.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-            assert len(got_list) == len(want_list), host
-            for (got_rows, got_weights), (want_rows, want_weights) in zip(got_list, want_list):
-                np.testing.assert_allclose(got_rows, want_rows.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
-                np.testing.assert_allclose(got_weights, want_weights.numpy(), rtol=1e-5, atol=1e-6, err_msg=host)
+    inputs = _one_large_value((0.0, 3.0, 5.0, 9.0))  # no step; one step; several; the cap
+    run = _check_every_input(tmp_path, _CollectPairsWhileLargeFlat().eval(), inputs, "pairs_flat")
     (trips,) = run.trip_counts.values()  # the Python host's record
     assert trips[:2] == [0, 1] and len(set(trips)) == len(inputs), trips  # none, one, several, the cap
