@@ -145,6 +145,18 @@ def export_variants(
     return built
 
 
+def realistic_model(model_name: str) -> tuple:
+    """`models/imagenet.py`'s model `model_name`: (model, example, dynamic shapes, samples, the
+    model's outputs on the samples)."""
+    made = MODELS[model_name]()
+    model, example = made[0].eval(), tuple(made[1])
+    dynamic_shapes = made[2] if len(made) > 2 else None
+    samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(example)]
+    with torch.no_grad():
+        expected = [model(*sample) for sample in samples]
+    return model, example, dynamic_shapes, samples, expected
+
+
 def check(run, samples: list[tuple], expected: list, exact: Float64Reference) -> tuple[float, str | None]:
     """Largest absolute difference from eager over every sample and float output, and why the
     outputs break the exporter's contract (`bench.outputs.compare_outputs`, verify's rule), if they do."""
@@ -192,12 +204,7 @@ def main(model_names: list[str], variants: dict[str, list[str]], rounds: int, cp
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for model_name in model_names:
-        made = MODELS[model_name]()
-        model, example = made[0].eval(), tuple(made[1])
-        dynamic_shapes = made[2] if len(made) > 2 else None
-        samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(example)]
-        with torch.no_grad():
-            expected = [model(*sample) for sample in samples]
+        model, example, dynamic_shapes, samples, expected = realistic_model(model_name)
         # The variants' bundles (the weights once per variant: ~600 MB for ResNet-50) go once timed.
         with tempfile.TemporaryDirectory(prefix="dycl-compile-flags-") as folder:
             with exporting_for(cpu):

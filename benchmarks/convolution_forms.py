@@ -30,14 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["DYCL_IREE_EXPORT_CACHE"] = "0"
 
 import torch  # noqa: E402
-from compile_flags import check, exporting_for, time_alternating  # noqa: E402
+from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
-from models.imagenet import MODELS, SAMPLES  # noqa: E402
 
 BASELINE = "without Winograd"
 FORMS = {BASELINE: lambda *shape: 0, "as exported (Winograd where picked)": None}
@@ -84,12 +83,7 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for model_name in model_names:
-        made = MODELS[model_name]()
-        model, example = made[0].eval(), tuple(made[1])
-        dynamic_shapes = made[2] if len(made) > 2 else None
-        samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(example)]
-        with torch.no_grad():
-            expected = [model(*sample) for sample in samples]
+        model, example, dynamic_shapes, samples, expected = realistic_model(model_name)
         with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
             with exporting_for(cpu):
                 runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder))
