@@ -1,18 +1,56 @@
-"""What this machine's CPU can do, where the form of an op depends on it (`decompositions`).
+"""What the exported code's processor can do, where the form of an op depends on it
+(`decompositions`, `winograd`).
 
-`llvm-cpu` compiles for this machine's CPU (`--iree-llvmcpu-target-cpu=host`), and some forms of an
-op that IREE runs well with one instruction set it runs badly with another (README, performance):
-those choices ask here.
+Some forms of an op that IREE runs well with one instruction set it runs badly with another
+(README, performance): IREE 3.13's direct channels-last convolution is fast with AVX-512 and slow
+with AVX2 or NEON. The form follows the target the export is for (`exporting_for`, set by
+`pipeline.export` from its first target): `llvm-cpu` compiles for this machine's CPU
+(`--iree-llvmcpu-target-cpu=host`), so its AVX-512 decides; `llvm-cpu:TRIPLE` compiles for a
+generic CPU of that triple (no AVX-512 on x86, NEON on aarch64); GPU targets keep the convolution
+for IREE's GPU code generation.
 
 Example:
     >>> isinstance(has_avx512(), bool)
     True
+    >>> with exporting_for("llvm-cpu:aarch64-linux-gnu"):
+    ...     direct_convolutions_fast()
+    False
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import platform
+from collections.abc import Iterator
+
+_TARGET: contextvars.ContextVar[str] = contextvars.ContextVar("dycl_iree_target", default="llvm-cpu")
+
+
+@contextlib.contextmanager
+def exporting_for(target: str) -> Iterator[None]:
+    """Within this block, forms are chosen for `target` (a `compile.TARGETS` name or `llvm-cpu:TRIPLE`)."""
+    token = _TARGET.set(target)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
+def direct_convolutions_fast() -> bool:
+    """Whether IREE's direct convolution is the form to keep for the target being exported.
+
+    True for this machine's CPU with AVX-512 and for GPU targets (whose convolutions IREE's GPU code
+    generation handles; not measured here); False for a CPU without AVX-512 and for every cross
+    build to another triple (`--iree-llvmcpu-target-cpu=generic`: no AVX-512 on x86, and on aarch64
+    IREE tiles a direct convolution as it does for AVX2), which then take im2col or Winograd's
+    form for large convolutions.
+    """
+    target = _TARGET.get()
+    if target == "llvm-cpu":
+        return has_avx512()
+    return not target.startswith("llvm-cpu:")
 
 
 @functools.cache

@@ -124,7 +124,7 @@ def convolution_channels_last(
 
 def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
     """Whether a convolution runs faster as im2col + matmul than as IREE's direct channels-last
-    convolution on the CPU `llvm-cpu` compiles for (this machine's).
+    convolution on the processor the export is for (`cpu_features.direct_convolutions_fast`).
 
     On an x86 CPU without AVX-512, IREE 3.13 tiles a direct convolution with 8 or more input
     channels as 4 output pixels x 4 output channels, and it runs at 1-24 GFLOP/s; as im2col +
@@ -138,7 +138,7 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
     (README, performance).
     """
-    if cpu_features.has_avx512():
+    if cpu_features.direct_convolutions_fast():
         return False
     if not all(isinstance(size, int) for size in spatial):
         return False

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from host_runtime.bundle_format import vmfb_file_name
 
 from . import cache as compile_cache
-from . import export_cache
+from . import cpu_features, export_cache
 from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, make_manifest, program_text, weight_bytes
 from .capture import capture
 from .compile import compile_module, crashed_on, target_flags, workaround_for
@@ -113,10 +113,11 @@ def export(
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
     program = stage("partition", lambda: check_device_indices(guard_indices(partition(typed))))
     say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
-    lowered = stage(
-        "lower",
-        lambda: lower(program, progress=lambda name: say(f"lowering {name} of {len(program.segments)}", detail=True)),
-    )
+    def lowering(name: str) -> None:
+        say(f"lowering {name} of {len(program.segments)}", detail=True)
+
+    with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
+        lowered = stage("lower", lambda: lower(program, progress=lowering))
     module_name = "dycl_" + re.sub(r"\W", "_", program.name).lower()
     name_module(lowered, module_name)
     python_source = synthesize_python(program)

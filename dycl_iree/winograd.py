@@ -180,12 +180,12 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     the exporter's contract of 1e-5. With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s
     (README, performance) and Winograd is unmeasured there, so nothing changes.
 
-    >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.has_avx512() else 2)
+    >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.direct_convolutions_fast() else 2)
     True
     >>> output_tile(64, 64, [8, 8])
     0
     """
-    if cpu_features.has_avx512() or not all(isinstance(size, int) for size in spatial):
+    if cpu_features.direct_convolutions_fast() or not all(isinstance(size, int) for size in spatial):
         return 0
     pixels = spatial[0] * spatial[1]
     return 2 if in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56) else 0

@@ -59,6 +59,47 @@ def test_the_form_of_a_convolution_follows_its_shape_and_the_cpu(
     assert ("torch.aten.bmm" in ops) == (form == "winograd"), ops
 
 
+@pytest.mark.parametrize(
+    ("target", "avx512", "form"),
+    [
+        # (this machine's CPU, "llvm-cpu", is the test above)
+        ("llvm-cpu:aarch64-linux-gnu", True, "winograd"),  # a cross build: the target's CPU, not this one's
+        ("llvm-cpu:x86_64-linux-gnu", True, "winograd"),  # a generic x86-64: no AVX-512
+        ("vulkan", False, "direct"),  # GPUs keep the convolution for IREE's GPU code generation
+    ],
+)
+def test_the_form_follows_the_target_not_the_exporting_machine(
+    target: str, avx512: bool, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: avx512)
+    model = nn.Conv2d(128, 8, 3, 1, 1).eval()
+    with cpu_features.exporting_for(target):
+        ops = _lowered_ops(model, torch.randn(1, 128, 14, 14))
+    assert ("torch.aten.convolution" in ops) == (form == "direct"), ops
+    assert ("torch.aten.bmm" in ops) == (form == "winograd"), ops
+
+
+def test_an_export_chooses_forms_for_its_first_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`export` lowers once for all its targets, with the forms of the first one."""
+    from dycl_iree import pipeline
+
+    seen = []
+
+    def stop(program: Any, progress: Any = None) -> None:
+        seen.append(cpu_features.direct_convolutions_fast())
+        raise RuntimeError("stop after choosing")
+
+    monkeypatch.setattr(cpu_features, "has_avx512", lambda: True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    monkeypatch.setattr(pipeline, "lower", stop)
+    model = nn.Conv2d(128, 8, 3, 1, 1).eval()
+    for targets in (("llvm-cpu:aarch64-linux-gnu", "llvm-cpu"), ("llvm-cpu", "llvm-cpu:aarch64-linux-gnu")):
+        with pytest.raises(RuntimeError, match="stop after choosing"):
+            dycl_iree.export(model, (torch.randn(1, 128, 14, 14),), targets=targets)
+    assert seen == [False, True]
+    assert cpu_features.direct_convolutions_fast()  # the host's choice again after the export
+
+
 @pytest.mark.parametrize("output_tile", [2, 4])
 @pytest.mark.parametrize(
     ("channels", "features", "height", "width", "padding", "bias"),
