@@ -18,8 +18,11 @@ from tests.fuzz.inputs import finite_cases
 # features: `.any().item()`, `and`/`or`, `break` in a branch, an element read of a carried tensor, a
 # random op, a List[int], a dynamic batch (9399); a decoder loop, nested `for` over n, `not`, a dict
 # constant (6114); a growing tensor, a list of tensors, a pooling view (7371); `return` from a nested
-# loop (6177); `return` from a loop (10237); host float math and an RNN module (15998).
-SMOKE_SEEDS = [9399, 6114, 7371, 6177, 10237, 15998]
+# loop (6177); `return` from a loop (10237); host float math and an RNN module (15998). Structured
+# values (`constructs.maybe_structured`, chosen over seeds 80040-80239): a dict of outputs, a list of
+# tuples and pieces of data-dependent width, returned from nested loops (80137); an Optional state,
+# writes into tensors, masked rows and pieces (80184).
+SMOKE_SEEDS = [9399, 6114, 7371, 6177, 10237, 15998, 80137, 80184]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +44,7 @@ def test_smoke_set_covers_the_constructs(smoke_results: list[dict]) -> None:
     wanted = {"for_break", "nested_if", "recurrent", "list_of_tensors", "pooled_view", "growing_tensor"}
     wanted |= {"decode_loop", "return_in_loop", "return_in_nested_loop", "break_in_branch", "nested_for"}
     wanted |= {"host_float", "random_op", "dict_constant", "list_of_ints"}
+    wanted |= {"dict_of_outputs", "list_of_tuples", "ragged_pieces", "optional_state", "inplace_write", "masked_rows"}
     assert wanted <= used, wanted - used
     features = {name for result in smoke_results for name in result["features"]}
     assert {"and/or condition", "not condition", ".any().item()", "dynamic batch", "softmax in a loop"} <= features
