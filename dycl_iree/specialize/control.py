@@ -160,11 +160,8 @@ class ControlFlow:
         if not any(_holds_constant_tuple(entry) for entry in results):
             return results
         leaves, structure = flatten_entries([tuples_of_constants(entry) for entry in results])
-        saved, self.nodes = self.nodes, nodes
-        try:
+        with self.emitting_into(nodes):
             leaves = [self.materialize(leaf, source) for leaf in leaves]
-        finally:
-            self.nodes = saved
         return unflatten_entries(structure, leaves)
 
     def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
