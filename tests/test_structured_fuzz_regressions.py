@@ -220,3 +220,44 @@ def test_a_piece_width_read_on_the_path_that_returned_is_read_again_on_the_other
     # The return inside the loop and the test after it of whether the loop returned went both ways.
     assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
 
+
+class StateAndOutputsReturnedFromALoop(nn.Module):
+    """An Optional state that the first iteration sets and the later ones update, and a list of
+    outputs that every iteration appends, both returned from inside the loop (fuzzer seed 80180, cut
+    down). The loop's start took the structure of what the body returns without the type of the
+    state it leaves unset, so the body's next visit could not type `st * 0.5` ("cannot compute its
+    result type: 'NoneType' object has no attribute 'hint'") and the export was refused."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        st: Optional[torch.Tensor] = None
+        outputs: List[torch.Tensor] = []
+        for _ in range(n):
+            if st is None:
+                st = torch.zeros_like(h)
+            else:
+                st = st * 0.5 + torch.tanh(h) * 0.5
+            h = h + st * 0.25 + 0.1
+            outputs.append(h * 1.0)
+            if float(h.sum()) > 2.0:
+                return h, st, outputs
+        return h, st, outputs
+
+
+def test_an_optional_state_and_a_list_returned_from_inside_a_loop(tmp_path):
+    model = StateAndOutputsReturnedFromALoop()
+    example, dynamic = (torch.randn(2, 4), 3), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "returned_state", dynamic)
+    lengths = set()
+    cases = [(torch.zeros(2, 4), 0), (torch.full((2, 4), 1.0), 4), (torch.full((2, 4), -1.0), 2)]
+    cases += [
+        (torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed)), seed % 5) for seed in range(8)
+    ]
+    for x, n in cases:
+        _, st, outputs = check_hosts(scripted, [compiled, python], (x, n))
+        lengths.add((st is None, len(outputs)))
+    assert (True, 0) in lengths and len({length for _, length in lengths}) >= 3, lengths
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert 0 in trips and max(trips) >= 2, python.trip_counts
+    # `st is None`, the return inside and the test after the loop of whether it returned went both ways.
+    assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
