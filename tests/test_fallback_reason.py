@@ -179,3 +179,20 @@ def test_a_segment_error_quotes_the_crash_summary() -> None:
     text = "iree-compile failed for target llvm-cpu: crashed with SIGFPE in pass P: f -> g\nError code: -8\n..."
     assert first_error_line(text) == "iree-compile failed for target llvm-cpu: crashed with SIGFPE in pass P: f -> g"
     assert first_error_line("noise\n<unknown>:0: error: bad op\n") == "<unknown>:0: error: bad op"
+
+
+def test_a_value_read_where_it_is_not_defined_is_named() -> None:
+    """A Program whose `else` reads a value that only the `then` side defines (what a defect of an
+    earlier stage leaves, fuzzer seed 80136): the compiled host is not possible, and its reason names
+    the value and the line that reads it instead of being empty."""
+    from dycl_iree.hosts import CompiledHostUnsupported, synthesize_compiled
+    from dycl_iree.program import Block, Constant, HostOp, If, Program, ScalarType, Value
+
+    n, small = Value(0, ScalarType("int"), "n"), Value(1, ScalarType("bool"))
+    a, b, r = (Value(k, ScalarType("int"), name) for k, name in [(2, "a"), (3, "b"), (4, "r")])
+    then_block = Block((), (HostOp("aten::add.int", (n, Constant(1)), (a,), "m.py:3"),), (a,))
+    else_block = Block((), (HostOp("aten::add.int", (a, Constant(2)), (b,), "m.py:5"),), (b,))
+    test = HostOp("aten::lt.int", (n, Constant(3)), (small,), "m.py:2")
+    body = Block((n,), (test, If(small, then_block, else_block, (r,), "if0", "m.py:2")), (r,))
+    with pytest.raises(CompiledHostUnsupported, match=r"^%a2 is read where it is not defined \(m\.py:5\)$"):
+        synthesize_compiled(Program(("n",), body, 0), {})

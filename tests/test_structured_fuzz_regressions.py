@@ -180,3 +180,84 @@ def test_a_piece_that_one_side_of_a_branch_appends_with_a_dynamic_batch(tmp_path
     assert 0 in widths and len(widths) >= 3, widths
     (label,) = python.decisions
     assert set(python.decisions[label]) == {True, False}
+
+
+class PiecesBeforeALoopThatMayReturn(nn.Module):
+    """A list that starts with a piece of a data-dependent width, returned (joined) from inside a
+    loop, and grown by a second piece after the loop (fuzzer seed 80136, cut down). Making the list
+    of the path that returned agree with the one of the path that went on read the first piece's
+    width on the first path and reused that read on the second, where it is not defined: the
+    Python host raised UnboundLocalError, and the compiled host fell back without a reason."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        pieces: List[torch.Tensor] = [h[:, : int((h > 0.0).sum()) % 4 + 1] * 0.5]
+        for _ in range(n):
+            h = torch.tanh(h) + 0.25
+            if float(h.sum()) > 3.0:
+                return h, torch.cat(pieces + [h], 1)
+        pieces.append(h[:, : int(h.argmax(1).max()) % 4 + 1])
+        return h, torch.cat(pieces + [h], 1)
+
+
+def test_a_piece_width_read_on_the_path_that_returned_is_read_again_on_the_other(tmp_path):
+    model = PiecesBeforeALoopThatMayReturn()
+    example, dynamic = (torch.randn(2, 4), 2), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "returned_pieces", dynamic)
+    widths = set()
+    # x = 2 returns in the first iteration, x = -2 in the fifth (tanh(h) + 0.25 climbs to > 3 / 8
+    # per element), so n = 3 runs that one to the end; n = 0 never enters the loop.
+    cases = [(torch.full((2, 4), 2.0), 3), (torch.full((2, 4), -2.0), 3), (torch.full((2, 4), -2.0), 6)]
+    cases += [
+        (torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed)), seed % 4) for seed in range(8)
+    ]
+    for x, n in cases:
+        h, joined = check_hosts(scripted, [compiled, python], (x, n))
+        widths.add(joined.shape[1] - h.shape[1])
+    assert len(widths) >= 4, widths
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert {0, 1, 3, 5} <= set(trips), python.trip_counts
+    # The return inside the loop and the test after it of whether the loop returned went both ways.
+    assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
+
+
+class StateAndOutputsReturnedFromALoop(nn.Module):
+    """An Optional state that the first iteration sets and the later ones update, and a list of
+    outputs that every iteration appends, both returned from inside the loop (fuzzer seed 80180, cut
+    down). The loop's start took the structure of what the body returns without the type of the
+    state it leaves unset, so the body's next visit could not type `st * 0.5` ("cannot compute its
+    result type: 'NoneType' object has no attribute 'hint'") and the export was refused."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        st: Optional[torch.Tensor] = None
+        outputs: List[torch.Tensor] = []
+        for _ in range(n):
+            if st is None:
+                st = torch.zeros_like(h)
+            else:
+                st = st * 0.5 + torch.tanh(h) * 0.5
+            h = h + st * 0.25 + 0.1
+            outputs.append(h * 1.0)
+            if float(h.sum()) > 2.0:
+                return h, st, outputs
+        return h, st, outputs
+
+
+def test_an_optional_state_and_a_list_returned_from_inside_a_loop(tmp_path):
+    model = StateAndOutputsReturnedFromALoop()
+    example, dynamic = (torch.randn(2, 4), 3), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "returned_state", dynamic)
+    lengths = set()
+    cases = [(torch.zeros(2, 4), 0), (torch.full((2, 4), 1.0), 4), (torch.full((2, 4), -1.0), 2)]
+    cases += [
+        (torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed)), seed % 5) for seed in range(8)
+    ]
+    for x, n in cases:
+        _, st, outputs = check_hosts(scripted, [compiled, python], (x, n))
+        lengths.add((st is None, len(outputs)))
+    assert (True, 0) in lengths and len({length for _, length in lengths}) >= 3, lengths
+    trips = [count for counts in python.trip_counts.values() for count in counts]
+    assert 0 in trips and max(trips) >= 2, python.trip_counts
+    # `st is None`, the return inside and the test after the loop of whether it returned went both ways.
+    assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())

@@ -44,6 +44,7 @@ from ..program import (
     TensorType,
     Value,
     dispatch,
+    format_value,
 )
 from ..random_state import global_seed_draws
 from ..sources import relative_sources
@@ -203,6 +204,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
         # What the compiled host cannot express, each with where it is; the walk goes on past
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []
+        self.dropped: set[Value] = set()  # the outputs of the nodes reported there
 
     def block(self, block: Block) -> None:
         for node in block.nodes:
@@ -213,6 +215,8 @@ class _Emitter(ControlFlowEmitter, Emitter):
                 pass  # already reported where the value came from
             except CompiledHostUnsupported as reason:
                 source = getattr(node, "source", "")
+                if not source and isinstance(node, SegmentCall):
+                    source = f"a call of {node.segment}"
                 text = str(reason)
                 self.unsupported.append(text if not source or source in text else f"{text} ({source})")
             else:
@@ -221,6 +225,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
             self.depth, self.names, self.types, self.where = depth, names, types, where
             for value in node.outputs:
                 self.names.pop(value, None)
+                self.dropped.add(value)
 
     def emit(self, line: str) -> None:
         # Every op carries the decision it lies in as its location, so that an iree-compile error
@@ -262,8 +267,12 @@ class _Emitter(ControlFlowEmitter, Emitter):
     def operand(self, arg: Arg, want: str | None = None) -> tuple[str, str]:
         """The SSA name and MLIR type of `arg`, materializing constants, cast to `want` if given."""
         if isinstance(arg, Value):
-            if arg not in self.names:
+            if arg in self.dropped:
                 raise _DependsOnUnsupported()
+            if arg not in self.names:
+                # A Program that reads a value where no path defines it: say which, never fall back
+                # without a reason.
+                raise CompiledHostUnsupported(f"{format_value(arg)} is read where it is not defined")
             name, type_text = self.names[arg], self.types[arg]
         elif isinstance(arg, Constant):
             name, type_text = self.constant(arg.value, want)

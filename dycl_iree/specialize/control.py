@@ -160,11 +160,8 @@ class ControlFlow:
         if not any(_holds_constant_tuple(entry) for entry in results):
             return results
         leaves, structure = flatten_entries([tuples_of_constants(entry) for entry in results])
-        saved, self.nodes = self.nodes, nodes
-        try:
+        with self.emitting_into(nodes):
             leaves = [self.materialize(leaf, source) for leaf in leaves]
-        finally:
-            self.nodes = saved
         return unflatten_entries(structure, leaves)
 
     def stand_in(self, entry: Any, type_: Type, nodes: list, source: str) -> Any:
@@ -285,7 +282,7 @@ class ControlFlow:
                 if flatten_entries(adapted)[1] != structure:
                     initial = adapted
                     initial_leaves, structure = flatten_entries(initial)
-                    types = [_carried_type(leaf, source) for leaf in initial_leaves]
+                    types = _adapted_types(initial_leaves, structure, results[1:], source)
                     continue
                 # A list of tensors that the body appends to: carry it as a TensorList; a None the
                 # body sets: carry it as an Optional, typed by the value the body set. Visit again.
@@ -414,6 +411,18 @@ def _carried_type(leaf: Any, source: str) -> Any:
     """The type a loop carries a leaf with; `_NONE` for a None (carried as the constant until the
     body sets it, then as an Optional)."""
     return _NONE if is_none(leaf) else type_of(leaf, source)
+
+
+def _adapted_types(leaves: list, structure: Any, results: list, source: str) -> list:
+    """The carried types of `leaves`, where the loop's start takes the structure of what the body
+    returns. A leaf the start leaves unset takes the type of the body's leaf in its place, when the
+    body gave that structure: an Optional that the body sets and that the start leaves unset (`st`
+    in `if st is None: st = zeros_like(h) else: st = st * 0.5`) is read in the body's next visit,
+    which needs its type (fuzzer seed 80180: "cannot compute its result type" for `st * 0.5`)."""
+    set_leaves, set_structure = flatten_entries(results)
+    if set_structure != structure:
+        return [_carried_type(leaf, source) for leaf in leaves]
+    return [_carried_type(set_leaf if _unset(leaf) else leaf, source) for leaf, set_leaf in zip(leaves, set_leaves)]
 
 
 def _join_carried(a: Any, b: Any, source: str) -> Any:

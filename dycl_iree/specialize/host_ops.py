@@ -5,7 +5,8 @@ int / float / bool ops on them, each a `HostOp` that the hosts run (`host_runtim
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
@@ -69,6 +70,22 @@ def _dim_error(dim: int, rank: int) -> str:
 
 class HostScalars:
     """Host scalars and shape reads (a mixin of the specializer)."""
+
+    @contextlib.contextmanager
+    def emitting_into(self, nodes: list) -> Iterator[None]:
+        """Emit into `nodes`, the nodes of one path (a side of a branch, where two paths' lists are
+        made to agree), then go back to the nodes of the walk.
+
+        A size read on that path is a value of that path: it is no answer to a later read of the
+        same size on another path or after the branch, so the sizes read meanwhile are forgotten
+        (else the other side of the branch read a size defined only on the first, fuzzer seed 80136).
+        """
+        saved_nodes, saved_dims = self.nodes, dict(self.dim_sources)
+        self.nodes = nodes
+        try:
+            yield
+        finally:
+            self.nodes, self.dim_sources = saved_nodes, saved_dims
 
     def visit_size(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]

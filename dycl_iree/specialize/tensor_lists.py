@@ -59,14 +59,10 @@ class TensorLists:
             raise SpecializeError(f"a list of tensors that stays empty on every path changes structure ({source})")
         dim = self.list_layout([a, b], source)
         element = element_type(known, source) if dim is None else self.ragged_element([a, b], dim, source)
-        saved = self.nodes
-        try:
-            self.nodes = nodes_a
+        with self.emitting_into(nodes_a):
             a = self.tensor_list(a, element, source) if dim is None else self.ragged_list(a, dim, element, source)
-            self.nodes = nodes_b
+        with self.emitting_into(nodes_b):
             b = self.tensor_list(b, element, source) if dim is None else self.ragged_list(b, dim, element, source)
-        finally:
-            self.nodes = saved
         return a, b
 
     @staticmethod
