@@ -18,11 +18,12 @@ setup: $(STAMP)
 demo: setup
 	$(PY) -m dycl_iree demo
 
+# One pytest worker per core; a test file runs whole on one worker, so its module fixtures export once.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 zoo: setup
 	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py tests/test_tacotron2.py
