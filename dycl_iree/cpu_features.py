@@ -18,13 +18,25 @@ import platform
 @functools.cache
 def has_avx512() -> bool:
     """Whether this machine's CPU has AVX-512 (`avx512f` in /proc/cpuinfo); False off x86."""
+    return "avx512f" in _x86_flags()
+
+
+@functools.cache
+def has_avx2() -> bool:
+    """Whether this machine's CPU has AVX2 and FMA (every x86 CPU with AVX-512 has them too); False
+    off x86."""
+    return {"avx2", "fma"} <= _x86_flags()
+
+
+def _x86_flags() -> frozenset[str]:
+    """The CPU's flags from /proc/cpuinfo; none off x86 or where it cannot be read."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return frozenset()
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
                 if line.startswith("flags"):
-                    return "avx512f" in line.split()
+                    return frozenset(line.split(":", 1)[-1].split())
     except OSError:
         pass
-    return False
+    return frozenset()
