@@ -147,7 +147,7 @@ def _export(
     compile_flags.TARGETS["llvm-cpu"] = flags
     cpu_features.has_avx512 = lambda: avx512
     if not tiled:
-        data_tiling.compile_flags = lambda: []
+        data_tiling.compile_flags = lambda **rule: []
     if tile is not None:
         winograd.output_tile = lambda *shape: tile
     try:
