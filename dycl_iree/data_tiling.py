@@ -19,12 +19,13 @@ elements (1 MiB, twice Zen 3's 512 KiB L2): ResNet-50's 196x256 by 256x1024 20.5
 2048x1000) 1.5 -> 8.9; at 3136 and 784 rows data tiling was 0.72-1.13x. The other matmuls IREE
 tiles in registers as 8 rows x 8 columns: 8 of AVX2's 16 vector registers accumulate, and each
 step of the reduction loads one vector of the weight for 8 broadcasts of the activations. Those
-of at least 48 rows and 64 columns and depth, and the batch matmuls of that size (Winograd's,
-`winograd.py`), get 6 rows x 16 columns instead (12 accumulators, two weight vectors for 6
-broadcasts, as BLAS kernels for AVX2 do), through a `compilation_info` on the op: 3136x256 by
-256x64 30.3 -> 35.7 GFLOP/s, 3136x64 by 64x256 35.0 -> 40.5, 784x512 by 512x128 35.8 -> 40.8,
-196x1024 by 1024x256 29.4 -> 48.8 (PyTorch 31.3, 34.5, 42.1, 53.3), Winograd's 16 x 49x256 by
-256x256 28.9 -> 38.1 (PyTorch 36.5). Smaller matmuls (the zoo's, mostly) keep IREE's choice.
+of at least 48 rows and 64 columns and depth, and the batch matmuls of 16 rows or more and that
+size (Winograd's, `winograd.py`), get 6 rows x 16 columns instead (12 accumulators, two weight
+vectors for 6 broadcasts, as BLAS kernels for AVX2 do), through a `compilation_info` on the op:
+3136x256 by 256x64 30.3 -> 35.7 GFLOP/s, 3136x64 by 64x256 35.0 -> 40.5, 784x512 by 512x128
+35.8 -> 40.8, 196x1024 by 1024x256 29.4 -> 48.8 (PyTorch 31.3, 34.5, 42.1, 53.3), Winograd's
+16 x 49x256 by 256x256 28.9 -> 38.1 (PyTorch 36.5). Smaller matmuls (the zoo's, mostly) keep
+IREE's choice.
 
 The spec is a transform-dialect script, run by IREE's preprocessing
 (`--iree-preprocessing-transform-spec-filename`): it marks the matmuls to data-tile with IREE's
@@ -56,10 +57,14 @@ MAX_ROWS = 196  # a 1x1 convolution at 14x14, batch 1
 MIN_WEIGHT_LOG2 = 19  # 2^19 float32 elements: 2 MiB, twice Zen 4's L2
 AVX2_MIN_WEIGHT_LOG2 = 18  # 1 MiB, twice Zen 3's L2
 HINT = "iree.opt.data_tiling"
-# The register tile: per row range (M) of a matmul or batch matmul, the rows each workgroup takes
-# (every row at once up to 96, so that 49 rows are not 48 and a workgroup of one row; 48 from
-# there), then 6 x 16 in registers with a reduction step of 8, through IREE's own pipeline.
-REGISTER_TILE_ROWS = {(48, 96): 96, (97, None): 48}
+# The register tile: per op and row range (M), the rows each workgroup takes (every row at once up
+# to 96, so that 49 rows are not 48 and a workgroup of one row; 48 from there), then 6 x 16 in
+# registers with a reduction step of 8, through IREE's own pipeline. Batch matmuls from 16 rows:
+# Winograd's at 7x7 (16 x 16x512 by 512x512) 24.5 -> 28.6 GFLOP/s (7 rounds).
+REGISTER_TILE_ROWS = {
+    "linalg.matmul": {(48, 96): 96, (97, None): 48},
+    "linalg.batch_matmul": {(16, 96): 96, (97, None): 48},
+}
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 
 
@@ -98,7 +103,7 @@ def spec_text(
     actions = []
     if register_tile:
         for op, batch_dims in REGISTER_TILE_OPS.items():
-            for rows, workgroup_rows in REGISTER_TILE_ROWS.items():
+            for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
                 suffix = f"{op.split('.')[1]}_{rows[0]}"
                 matchers.append(_matmul_matcher(f"@large_{suffix}", rows, 64, 64, op))
                 pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")

@@ -155,3 +155,15 @@ def test_the_weight_bound_covers_every_power_of_two_split() -> None:
     for k_log2 in range(4, 16):
         assert f"transform.param.constant {1 << k_log2} : i64" in text
         assert f"transform.param.constant {1 << (19 - k_log2)} : i64" in text
+
+
+def test_avx2_gives_winograds_batch_matmul_the_register_tile(monkeypatch) -> None:
+    # layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3) without AVX-512, a batch matmul
+    # 16 x 16x512 by 512x512; with AVX-512 it stays a direct convolution.
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    convolution = nn.Conv2d(512, 512, 3, padding=1).eval()
+    configurations = _compiled(convolution, (torch.randn(1, 512, 7, 7),), "executable-configurations")
+    batch_matmuls = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
+    assert batch_matmuls, "no batch matmul: the convolution did not take Winograd's form"
+    assert all("vector_common_parallel = [1, 6, 16, 0]" in line for line in batch_matmuls), batch_matmuls
