@@ -7,6 +7,8 @@ those choices ask here.
 Example:
     >>> isinstance(has_avx512(), bool)
     True
+    >>> has_avx2() or not has_avx512()  # a CPU with AVX-512 has AVX2
+    True
 """
 
 from __future__ import annotations

@@ -70,7 +70,11 @@ REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its le
 
 def register_tile_info(rows: int, batch_dims: int) -> str:
     """The `compilation_info` of a matmul (`batch_dims` 0) or batch matmul (1) whose workgroups take
-    `rows` rows each, with the 6 x 16 register tile."""
+    `rows` rows each, with the 6 x 16 register tile.
+
+    >>> "vector_common_parallel = [1, 6, 16, 0]" in register_tile_info(96, batch_dims=1)
+    True
+    """
 
     def sizes(batch: int, *inner: int) -> str:
         return "[" + ", ".join(str(size) for size in [*[batch] * batch_dims, *inner]) + "]"
