@@ -70,7 +70,7 @@ def exporting_for(cpu: str | None):
     """Export and compile as on a host whose CPU is `cpu` without AVX-512 (None: this machine as it is).
 
     `--cpu znver3` gives the code an AVX2 machine would get: the exporter's AVX2 choices (im2col for
-    many channels, no data tiling: `cpu_features.has_avx512` patched to False) and code for that CPU,
+    many channels, the AVX2 rule of `data_tiling`: `cpu_features.has_avx512` patched to False) and code for that CPU,
     which an AVX-512 machine runs too (the code is measured, not the other machine's clock).
     """
     if cpu is None:

@@ -19,7 +19,12 @@ wall time counts the other jobs too):
 - `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
 - `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
   (`decompositions._im2col_wins`: im2col + matmul for many channels, Winograd's F(2x2, 3x3) for
-  those of them that are 3x3 with stride 1, `winograd.output_tile`), what an AVX2 host gets;
+  those of them that are 3x3 with stride 1, `winograd.output_tile`) with the AVX2 matmul rule
+  (`data_tiling.compile_flags(avx512=False)`: data tiling of the matmuls with few rows and a large
+  weight, a 6 x 16 register tile for the other large ones), what an AVX2 host gets;
+- `AVX2 with IREE's matmul tiles`: the same without that rule (the form before it);
+- `AVX2 data-tiled` / `+ ukernels`: every matmul data-tiled (`--iree-opt-data-tiling`), with
+  IREE's mmt4d ukernels too (`--iree-llvmcpu-enable-ukernels=all`), measured and not taken;
 - `AVX2 im2col`: the same without Winograd (the form before it); `AVX-512 direct`: the AVX-512
   column without Winograd;
 - `... Winograd F(2x2)` / `F(4x4)`: every 3x3 stride-1 convolution as Winograd with that output
@@ -69,7 +74,16 @@ SHAPES = {
     "downsample_1x1s2_256_512": (256, 512, 14, 1, 2, 0, 1),
     "downsample_1x1s2_512_1024": (512, 1024, 28, 1, 2, 0, 1),
     "downsample_1x1s2_1024_2048": (1024, 2048, 14, 1, 2, 0, 1),
+    "bottleneck_1x1_64_64": (64, 64, 56, 1, 1, 0, 1),
+    "bottleneck_1x1_64_256": (64, 256, 56, 1, 1, 0, 1),
+    "bottleneck_1x1_256_128": (256, 128, 56, 1, 1, 0, 1),
+    "bottleneck_1x1_128_512": (128, 512, 28, 1, 1, 0, 1),
+    "bottleneck_1x1_512_128": (512, 128, 28, 1, 1, 0, 1),
+    "bottleneck_1x1_512_256": (512, 256, 28, 1, 1, 0, 1),
+    "downsample_1x1s2_256_512_56": (256, 512, 56, 1, 2, 0, 1),
     "bottleneck_1x1_256_1024": (256, 1024, 14, 1, 1, 0, 1),
+    "bottleneck_1x1_1024_512": (1024, 512, 14, 1, 1, 0, 1),
+    "bottleneck_1x1_2048_512": (2048, 512, 7, 1, 1, 0, 1),
     "bottleneck_1x1_256_64": (256, 64, 56, 1, 1, 0, 1),
     "bottleneck_1x1_1024_256": (1024, 256, 14, 1, 1, 0, 1),
     "bottleneck_1x1_512_2048": (512, 2048, 7, 1, 1, 0, 1),
@@ -93,8 +107,9 @@ class ChannelsLastConvolution(nn.Module):
 
 def _variants() -> dict[str, tuple[list[str], bool, bool, int | None]]:
     """The `llvm-cpu` flags of each compiled column, whether the exporter sees AVX-512, whether
-    the matmuls `data_tiling` picks are data-tiled (as on an AVX-512 host), and the Winograd output
-    tile every 3x3 stride-1 convolution takes (0: none; None: `winograd.output_tile`'s choice)."""
+    `data_tiling`'s rule applies (AVX-512's or AVX2's, as the exporter sees the CPU), and the
+    Winograd output tile every 3x3 stride-1 convolution takes (0: none; None: `winograd.output_tile`'s
+    choice)."""
     base = [flag for flag in compile_flags.TARGETS["llvm-cpu"] if not flag.startswith("--iree-llvmcpu-target-cpu=")]
     avx2 = base + [f"--iree-llvmcpu-target-cpu={AVX2_CPU}"]
     return {
@@ -104,8 +119,12 @@ def _variants() -> dict[str, tuple[list[str], bool, bool, int | None]]:
         "AVX-512 Winograd F(2x2)": (base + ["--iree-llvmcpu-target-cpu=host"], True, True, 2),
         "AVX-512 Winograd F(4x4)": (base + ["--iree-llvmcpu-target-cpu=host"], True, True, 4),
         "AVX2 direct": (avx2, True, False, 0),
-        "AVX2 as exported": (avx2, False, False, None),
+        "AVX2 as exported": (avx2, False, True, None),
+        "AVX2 with IREE's matmul tiles": (avx2, False, False, None),
         "AVX2 im2col": (avx2, False, False, 0),
+        "AVX2 data-tiled": (avx2 + ["--iree-opt-data-tiling"], False, False, None),
+        "AVX2 data-tiled + ukernels": (
+            avx2 + ["--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all"], False, False, None),
         "AVX2 Winograd F(2x2)": (avx2, False, False, 2),
         "AVX2 Winograd F(4x4)": (avx2, False, False, 4),
     }
@@ -128,7 +147,7 @@ def _export(
     compile_flags.TARGETS["llvm-cpu"] = flags
     cpu_features.has_avx512 = lambda: avx512
     if not tiled:
-        data_tiling.compile_flags = lambda: []
+        data_tiling.compile_flags = lambda **rule: []
     if tile is not None:
         winograd.output_tile = lambda *shape: tile
     try:

@@ -1,15 +1,21 @@
-"""Whether the exporter's Winograd convolutions make the deployment-size models faster on one thread,
-and keep them right.
+"""Whether the exporter's Winograd convolutions, or its AVX2 matmul rule, make the deployment-size
+models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
+        [--compare winograd|matmuls]
 
 Each model of `models/imagenet.py` is exported twice by `dycl_iree.export` (compiled host, the
 flags `llvm-cpu` gets on this machine): once as the exporter writes it (`winograd.output_tile`
 picks the 3x3 convolutions written as Winograd's F(2x2, 3x3)), once with every convolution in the
 form it had before (`output_tile` patched to 0: IREE's direct convolution, or im2col + matmul
-without AVX-512). Both are checked against PyTorch eager on every sample and timed alternating in
+without AVX-512). With `--compare matmuls` the two exports differ instead in the AVX2 matmul rule
+(`data_tiling.compile_flags(avx512=False)`: data tiling of the matmuls with few rows and a large
+weight, the 6 x 16 register tile for the other large ones), off (`cpu_features.has_avx2` patched
+to False: IREE's own choice for every matmul) or on as exported; it is measured on an AVX2 machine
+only. Both are checked against PyTorch eager on every sample and timed alternating in
 this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
-`compile_flags.time_alternating`, the same rules). `--cpu znver3` exports as for an AVX2 host on an
+`compile_flags.time_alternating`, the same rules), with PyTorch eager (one thread) in the same
+alternation. `--cpu znver3` exports as for an AVX2 host on an
 AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs
 in the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
 Winograd too).
@@ -33,30 +39,42 @@ import torch  # noqa: E402
 from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
-from dycl_iree import winograd  # noqa: E402
+from dycl_iree import cpu_features, winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
 
-BASELINE = "without Winograd"
-FORMS = {BASELINE: lambda *shape: 0, "as exported (Winograd where picked)": None}
+# Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
+# None to keep it).
+COMPARISONS = {
+    "winograd": {
+        "without Winograd": (winograd, "output_tile", lambda *shape: 0),
+        "as exported (Winograd where picked)": (winograd, "output_tile", None),
+    },
+    "matmuls": {
+        "IREE's matmul tiles": (cpu_features, "has_avx2", lambda: False),
+        "as exported (AVX2 matmul rule)": (cpu_features, "has_avx2", None),
+    },
+}
 
 
-def export_forms(model, example: tuple, dynamic_shapes, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
-    """A compiled-host runner of `model` per form (`FORMS`: the Winograd rule patched, or not), and
+def export_forms(
+    model, example: tuple, dynamic_shapes, folder: Path, forms: dict
+) -> tuple[dict[str, object], dict[str, str]]:
+    """A compiled-host runner of `model` per form (`COMPARISONS`: a rule patched, or not), and
     the size of its saved bundle in MiB (the filters Winograd transforms are stored transformed:
     16/9 of their size) and the export's wall seconds, as text."""
     runs: dict[str, object] = {}
     sizes: dict[str, str] = {}
-    for name, rule in FORMS.items():
-        saved = winograd.output_tile
+    for name, (owner, attribute, rule) in forms.items():
+        saved = getattr(owner, attribute)
         if rule is not None:
-            winograd.output_tile = rule
+            setattr(owner, attribute, rule)
         start = time.perf_counter()
         try:
             bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes, cache=False)
         finally:
-            winograd.output_tile = saved
+            setattr(owner, attribute, saved)
         if bundle.host != "compiled":
             raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
         path = bundle.save(folder / f"form-{len(runs)}.dycl")
@@ -74,8 +92,20 @@ def onnxruntime_call(model_name: str, model, example: tuple, samples: list[tuple
     return lambda *inputs: peer.run(feed)
 
 
-def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
+def eager_call(model):
+    """A call of the model in PyTorch eager on the sample's numpy inputs, without autograd."""
+
+    def call(*inputs):
+        with torch.no_grad():
+            return model(*[torch.from_numpy(value) if hasattr(value, "dtype") else value for value in inputs])
+
+    return call
+
+
+def main(model_names: list[str], rounds: int, cpu: str | None, compare: str = "winograd") -> None:
     torch.set_num_threads(1)
+    forms = COMPARISONS[compare]
+    baseline = next(iter(forms))
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {rounds} rounds; CPU ms per call, one thread")
     print(
         "| model | form | median ms | min-max ms | ratio to without (median, min-max) | max abs error "
@@ -86,14 +116,16 @@ def main(model_names: list[str], rounds: int, cpu: str | None) -> None:
         model, example, dynamic_shapes, samples, expected = realistic_model(model_name)
         with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
             with exporting_for(cpu):
-                runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder))
+                runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder), forms)
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
             runs["onnxruntime"] = onnxruntime_call(model_name, model, example, samples, Path(folder))
             errors["onnxruntime"] = (float("nan"), None)
+            runs["PyTorch eager"] = eager_call(model)
+            errors["PyTorch eager"] = (float("nan"), None)
             times = time_alternating(runs, samples[0], rounds)
         for name, series in times.items():
-            ratios = [value / reference for value, reference in zip(series, times[BASELINE])]
+            ratios = [value / reference for value, reference in zip(series, times[baseline])]
             worst, reason = errors[name]
             size = sizes.get(name, "- | -")
             print(
@@ -111,5 +143,6 @@ if __name__ == "__main__":
     parser.add_argument("--models", default="resnet18,resnet50", help="models of models/imagenet.py")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds (default 9)")
     parser.add_argument("--cpu", help="export and compile as on a host with this CPU and no AVX-512 (e.g. znver3)")
+    parser.add_argument("--compare", choices=list(COMPARISONS), default="winograd", help="which rule's forms")
     arguments = parser.parse_args()
-    main(arguments.models.split(","), arguments.rounds, arguments.cpu)
+    main(arguments.models.split(","), arguments.rounds, arguments.cpu, arguments.compare)

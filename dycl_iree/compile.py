@@ -105,7 +105,8 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
     pool ran as 8 workgroups of 2-wide vectors (5.0 us; one 16-wide workgroup: 3.2 us), and every
     convolution as 8 workgroups. `local-sync`, the runtime's default driver, runs on one thread,
     so 1 is the default (up to 15% faster per zoo model); a bundle for `local-task` should say how many
-    workers it will have. On an AVX-512 CPU, `llvm-cpu` data-tiles the matmuls `data_tiling` picks.
+    workers it will have. On an x86 CPU, `llvm-cpu` data-tiles the matmuls `data_tiling` picks (by
+    one rule with AVX-512, another with AVX2 only, which also sets the register tile of the rest).
     """
     if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
         raise DyclError(f"cpu_threads must be a positive int, not {cpu_threads!r}")
@@ -118,6 +119,8 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
         flags = list(TARGETS[target])
         if target == "llvm-cpu" and cpu_features.has_avx512():
             flags += data_tiling.compile_flags()  # the matmuls with few rows and a large weight
+        elif target == "llvm-cpu" and cpu_features.has_avx2():
+            flags += data_tiling.compile_flags(avx512=False)  # and the register tile of the others
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")

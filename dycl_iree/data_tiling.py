@@ -1,4 +1,5 @@
-"""Which matmuls IREE data-tiles on an AVX-512 CPU: those with few rows and a large weight.
+"""Which matmuls IREE data-tiles on an x86 CPU (those with few rows and a large weight), and, without
+AVX-512, the register tile of the others.
 
 IREE's data tiling (`--iree-opt-data-tiling`) packs a matmul's operands into tiles its mmt4d code
 reads in order; a constant weight is packed at compile time, the activations at each call. Turned
@@ -11,16 +12,30 @@ with at most 196 rows (a 1x1 convolution at 14x14 or 7x7, batch 1) and a weight 
 it is 0.73-1.04x (49x320 by 320x1280: 0.73x; 3136x64 by 64x64: 0.86x), since packing the
 activations costs more than the packed weight saves.
 
-So only those matmuls are data-tiled: a transform-dialect spec, run by IREE's preprocessing
-(`--iree-preprocessing-transform-spec-filename`), marks them with IREE's `iree.opt.data_tiling`
-hint, and marks every function too: IREE's own hint pass
+With AVX2 only (measured on a Zen 3 EPYC without AVX-512, code for the host, one thread, CPU time, same
+process, alternating, 5 rounds; README, performance) the same holds from half the weight, 2^18
+elements (1 MiB, twice Zen 3's 512 KiB L2): ResNet-50's 196x256 by 256x1024 20.5 -> 42.3 GFLOP/s,
+196x512 by 512x1024 22.4 -> 45.1, 49x2048 by 2048x512 18.0 -> 31.4, its classifier (1x2048 by
+2048x1000) 1.5 -> 8.9; at 3136 and 784 rows data tiling was 0.72-1.13x. The other matmuls IREE
+tiles in registers as 8 rows x 8 columns: 8 of AVX2's 16 vector registers accumulate, and each
+step of the reduction loads one vector of the weight for 8 broadcasts of the activations. Those
+of at least 48 rows and 64 columns and depth, and the batch matmuls of 16 rows or more and that
+size (Winograd's, `winograd.py`), get 6 rows x 16 columns instead (12 accumulators, two weight
+vectors for 6 broadcasts, as BLAS kernels for AVX2 do), through a `compilation_info` on the op:
+3136x256 by 256x64 30.3 -> 35.7 GFLOP/s, 3136x64 by 64x256 35.0 -> 40.5, 784x512 by 512x128
+35.8 -> 40.8, 196x1024 by 1024x256 29.4 -> 48.8 (PyTorch 31.3, 34.5, 42.1, 53.3), Winograd's
+16 x 49x256 by 256x256 28.9 -> 38.1 (PyTorch 36.5). Smaller matmuls (the zoo's, mostly) keep
+IREE's choice.
+
+The spec is a transform-dialect script, run by IREE's preprocessing
+(`--iree-preprocessing-transform-spec-filename`): it marks the matmuls to data-tile with IREE's
+`iree.opt.data_tiling` hint, and marks every function too: IREE's own hint pass
 (`iree-dispatch-creation-annotate-data-tiling-hints`) leaves a function alone once any op in it
 carries the hint, instead of marking all its matmuls. The weight size is matched as "K >= 2^a and
-N >= 2^(19-a)" for some a, since the spec can compare sizes but not multiply them: a weight of
-2^19 elements or more whose sides are powers of two always matches, others may not.
+N >= 2^(19-a)" (18 with AVX2) for some a, since the spec can compare sizes but not multiply them:
+a weight of 2^19 elements or more whose sides are powers of two always matches, others may not.
 
-Only for `llvm-cpu` on this machine's CPU when it has AVX-512 (`compile.target_flags`), where it
-was measured; AVX2 (which takes im2col for many channels, `decompositions._im2col_wins`) and
+Only for `llvm-cpu` on this machine's x86 CPU (`compile.target_flags`), where it was measured;
 cross-compiled targets keep their flags.
 
 Example:
@@ -39,22 +54,71 @@ import tempfile
 from pathlib import Path
 
 MAX_ROWS = 196  # a 1x1 convolution at 14x14, batch 1
-MIN_WEIGHT_LOG2 = 19  # 2^19 float32 elements: 2 MiB
+MIN_WEIGHT_LOG2 = 19  # 2^19 float32 elements: 2 MiB, twice Zen 4's L2
+AVX2_MIN_WEIGHT_LOG2 = 18  # 1 MiB, twice Zen 3's L2
 HINT = "iree.opt.data_tiling"
+# The register tile: per op and row range (M), the rows each workgroup takes (every row at once up
+# to 96, so that 49 rows are not 48 and a workgroup of one row; 48 from there), then 6 x 16 in
+# registers with a reduction step of 8, through IREE's own pipeline. Batch matmuls from 16 rows:
+# Winograd's at 7x7 (16 x 16x512 by 512x512) 24.5 -> 28.6 GFLOP/s (7 rounds).
+REGISTER_TILE_ROWS = {
+    "linalg.matmul": {(48, 96): 96, (97, None): 48},
+    "linalg.batch_matmul": {(16, 96): 96, (97, None): 48},
+}
+REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 
 
-def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2) -> str:
-    """The transform-dialect spec that marks functions and the matmuls to data-tile.
+def register_tile_info(rows: int, batch_dims: int) -> str:
+    """The `compilation_info` of a matmul (`batch_dims` 0) or batch matmul (1) whose workgroups take
+    `rows` rows each, with the 6 x 16 register tile.
+
+    >>> "vector_common_parallel = [1, 6, 16, 0]" in register_tile_info(96, batch_dims=1)
+    True
+    """
+
+    def sizes(batch: int, *inner: int) -> str:
+        return "[" + ", ".join(str(size) for size in [*[batch] * batch_dims, *inner]) + "]"
+
+    return (
+        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
+        f"cache_parallel = {sizes(1, rows, 64, 0)}, distribution = {sizes(1, rows, 64, 0)}, "
+        f"vector_common_parallel = {sizes(1, 6, 16, 0)}, vector_reduction = {sizes(0, 0, 0, 8)}>, "
+        "translation_info = #iree_codegen.translation_info<"
+        "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>, {enable_loop_peeling}>>"
+    )
+
+
+def spec_text(
+    max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False
+) -> str:
+    """The transform-dialect spec that marks functions and the matmuls to data-tile, and, with
+    `register_tile`, gives the other large matmuls the 6 x 16 register tile (first match wins).
 
     >>> "transform.named_sequence @__transform_main" in spec_text()
     True
+    >>> "compilation_info" in spec_text(register_tile=True)
+    True
     """
     matchers = [
-        _matmul_matcher(f"@wide_matmul_k{k_log2}", max_rows, 1 << k_log2, 1 << (min_weight_log2 - k_log2))
+        _matmul_matcher(f"@wide_matmul_k{k_log2}", (1, max_rows), 1 << k_log2, 1 << (min_weight_log2 - k_log2))
         for k_log2 in range(4, min_weight_log2 - 3)
     ]
-    pairs = ", ".join(["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)])
-    body = "\n".join(text for _, text in matchers)
+    pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
+    actions = []
+    if register_tile:
+        for op, batch_dims in REGISTER_TILE_OPS.items():
+            for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
+                suffix = f"{op.split('.')[1]}_{rows[0]}"
+                matchers.append(_matmul_matcher(f"@large_{suffix}", rows, 64, 64, op))
+                pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
+                info = register_tile_info(workgroup_rows, batch_dims)
+                actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
+      %op: !transform.any_op {{transform.readonly}}) {{
+    %info = transform.param.constant {info} -> !transform.any_param
+    transform.annotate %op "compilation_info" = %info : !transform.any_op, !transform.any_param
+    transform.yield
+  }}""")
+    body = "\n".join([*(text for _, text in matchers), *actions])
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @function(%op: !transform.any_op {{transform.readonly}}) -> !transform.any_op {{
     transform.match.operation_name %op ["util.func", "func.func"] : !transform.any_op
@@ -66,17 +130,22 @@ def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2) 
     transform.yield
   }}
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.consumed}}) {{
-    transform.foreach_match in %root {pairs} : (!transform.any_op) -> (!transform.any_op)
+    transform.foreach_match in %root {", ".join(pairs)} : (!transform.any_op) -> (!transform.any_op)
     transform.yield
   }}
 }}
 """
 
 
-def _matmul_matcher(name: str, max_rows: int, min_k: int, min_n: int) -> tuple[str, str]:
-    """A matcher of `linalg.matmul` ops with 1..max_rows rows (M), K >= min_k and N >= min_n (static
-    sizes: a dynamic size matches no bound)."""
-    bounds = [(0, "ge", 1), (0, "le", max_rows), (2, "ge", min_k), (1, "ge", min_n)]
+def _matmul_matcher(
+    name: str, rows: tuple[int, int | None], min_k: int, min_n: int, op: str = "linalg.matmul"
+) -> tuple[str, str]:
+    """A matcher of `op` (`linalg.matmul`, or `linalg.batch_matmul`, whose dims follow the batch) with
+    rows[0]..rows[1] rows (M; None: no upper bound), K >= min_k and N >= min_n (static sizes: a
+    dynamic size matches no bound)."""
+    first = REGISTER_TILE_OPS[op]
+    upper = [(0, "le", rows[1])] if rows[1] is not None else []
+    bounds = [(0, "ge", rows[0]), *upper, (2, "ge", min_k), (1, "ge", min_n)]
     lines = []
     for index, (dim, predicate, value) in enumerate(bounds):
         lines.append(
@@ -84,13 +153,13 @@ def _matmul_matcher(name: str, max_rows: int, min_k: int, min_n: int) -> tuple[s
             f"    transform.match.param.cmpi {predicate} %dim{dim}, %bound{index} : !transform.param<i64>"
         )
     text = f"""  transform.named_sequence {name}(%op: !transform.any_op {{transform.readonly}}) -> !transform.any_op {{
-    transform.match.operation_name %op ["linalg.matmul"] : !transform.any_op
+    transform.match.operation_name %op ["{op}"] : !transform.any_op
     %dim0, %dim1, %dim2 = transform.match.structured %op
         : (!transform.any_op) -> (!transform.param<i64>, !transform.param<i64>, !transform.param<i64>) {{
     ^bb0(%s: !transform.any_op):
-      %m = transform.match.structured.dim %s[0] : (!transform.any_op) -> !transform.param<i64>
-      %n = transform.match.structured.dim %s[1] : (!transform.any_op) -> !transform.param<i64>
-      %k = transform.match.structured.dim %s[2] : (!transform.any_op) -> !transform.param<i64>
+      %m = transform.match.structured.dim %s[{first}] : (!transform.any_op) -> !transform.param<i64>
+      %n = transform.match.structured.dim %s[{first + 1}] : (!transform.any_op) -> !transform.param<i64>
+      %k = transform.match.structured.dim %s[{first + 2}] : (!transform.any_op) -> !transform.param<i64>
       transform.match.structured.yield %m, %n, %k : !transform.param<i64>, !transform.param<i64>, !transform.param<i64>
     }}
 {chr(10).join(lines)}
@@ -99,12 +168,13 @@ def _matmul_matcher(name: str, max_rows: int, min_k: int, min_n: int) -> tuple[s
     return name, text
 
 
-def compile_flags() -> list[str]:
-    """The iree-compile flags that data-tile the matmuls `spec_text` marks. The spec is written to
-    the temp folder (not the compile cache's, whose entries `cache clear` and the size bound
-    remove), named by its content, so a changed rule is a changed flag and a changed cache key;
-    it is written again if missing when the next compile asks for it."""
-    text = spec_text()
+def compile_flags(avx512: bool = True) -> list[str]:
+    """The iree-compile flags that data-tile the matmuls `spec_text` marks, by the rule for AVX-512
+    or (`avx512` False) for AVX2, which also sets the register tile of the other large matmuls.
+    The spec is written to the temp folder (not the compile cache's, whose entries `cache clear`
+    and the size bound remove), named by its content, so a changed rule is a changed flag and a
+    changed cache key; it is written again if missing when the next compile asks for it."""
+    text = spec_text() if avx512 else spec_text(MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True)
     folder = Path(tempfile.gettempdir()) / "dycl_iree-specs"
     path = folder / f"data-tiling-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir"
     if not path.exists():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dycl_iree import compile as compiling
-from dycl_iree import cpu_features
+from dycl_iree import cpu_features, data_tiling
 from dycl_iree.bench.outputs import Float64Reference
 from models.imagenet import resnet18
 
@@ -59,6 +59,9 @@ def test_avx2_mode_patches_and_restores(script):
     flags, probe = list(compiling.TARGETS["llvm-cpu"]), cpu_features.has_avx512
     with script.exporting_for("znver3"):
         assert "--iree-llvmcpu-target-cpu=znver3" in compiling.target_flags("llvm-cpu")
-        assert not any(flag.startswith("--iree-opt-data-tiling") for flag in compiling.target_flags("llvm-cpu"))
+        # the AVX2 rule of data tiling and register tiles, not AVX-512's
+        flags_for_avx2 = compiling.target_flags("llvm-cpu")
+        assert all(flag in flags_for_avx2 for flag in data_tiling.compile_flags(avx512=False))
+        assert not any(flag in flags_for_avx2 for flag in data_tiling.compile_flags()[1:])
     assert compiling.TARGETS["llvm-cpu"] == flags and cpu_features.has_avx512 is probe
     assert script._parse_variant("O2=--iree-opt-level=O2,--x=1") == ("O2", ["--iree-opt-level=O2", "--x=1"])

@@ -1,9 +1,10 @@
-"""Which matmuls IREE data-tiles (`dycl_iree.data_tiling`): on an AVX-512 CPU only those with few rows
-and a large weight, and the model still matches PyTorch; elsewhere none.
+"""Which matmuls IREE data-tiles (`dycl_iree.data_tiling`): on an x86 CPU only those with few rows
+and a large weight (from 2^19 weights with AVX-512, 2^18 with AVX2 only), with AVX2 the 6 x 16
+register tile of the other large matmuls, and the model still matches PyTorch; off x86 none of it.
 
 Which dispatches IREE made is read from `--compile-to=executable-sources`: a data-tiled matmul has
-`encode` dispatches that pack its operands. The CPU probe is set by the tests, so both sides are
-checked on any x86 machine.
+`encode` dispatches that pack its operands; the register tile from `--compile-to=executable-
+configurations`. The CPU probes are set by the tests, so every side is checked on any x86 machine.
 """
 
 from __future__ import annotations
@@ -37,28 +38,52 @@ class WideAndNarrow(nn.Module):
         return self.narrow(torch.relu(self.wide(x)))
 
 
-def _encoded_shapes(model: nn.Module, example: torch.Tensor, dynamic_shapes=None) -> list[str]:
-    """The operand shapes IREE packs for data tiling, from the module the exporter compiles."""
+class Projection(nn.Module):
+    """ResNet-50's layer3 expansion: 256 -> 1024 channels at 14x14 (a 196x256 by 256x1024 matmul,
+    2^18 weights: data-tiled with AVX2 only), and a 1x1 convolution of 64 channels at 8x8 (a 64x64
+    by 64x64 matmul: the register tile with AVX2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(256, 1024, 1)
+        self.small = nn.Conv2d(64, 64, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(self.expand(x)), torch.relu(self.small(y))
+
+
+def _compiled(model: nn.Module, examples: tuple, phase: str, dynamic_shapes=None) -> str:
+    """The module the exporter compiles, compiled for this machine up to `phase`."""
     from dycl_iree.capture import capture
     from dycl_iree.lower import lower, module_bytecode
     from dycl_iree.partition import partition
     from dycl_iree.specialize import specialize
 
-    program = partition(specialize(capture(model), (example,), dynamic_shapes))
-    sources = iree.compiler.compile_str(
+    program = partition(specialize(capture(model), examples, dynamic_shapes))
+    return iree.compiler.compile_str(
         module_bytecode(lower(program).module),
         input_type="torch",
-        extra_args=[*compile_module.target_flags("llvm-cpu"), "--compile-to=executable-sources"],
+        extra_args=[*compile_module.target_flags("llvm-cpu"), f"--compile-to={phase}"],
     ).decode()
+
+
+def _encoded_shapes(model: nn.Module, example: torch.Tensor, dynamic_shapes=None) -> list[str]:
+    """The operand shapes IREE packs for data tiling, from the module the exporter compiles."""
+    sources = _compiled(model, (example,), "executable-sources", dynamic_shapes)
     return sorted(set(re.findall(r"hal\.executable\.export public @\w*_encode_(\w+?)_to_", sources)))
 
 
-@pytest.mark.parametrize("avx512", [True, False])
-def test_only_the_wide_matmul_is_data_tiled_and_only_with_avx512(avx512: bool, monkeypatch) -> None:
+def _set_cpu(monkeypatch, avx512: bool, avx2: bool) -> None:
     monkeypatch.setattr(cpu_features, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(cpu_features, "has_avx2", lambda: avx2)
+
+
+@pytest.mark.parametrize(("avx512", "avx2"), [(True, True), (False, True), (False, False)])
+def test_only_the_wide_matmul_is_data_tiled_and_only_on_x86(avx512: bool, avx2: bool, monkeypatch) -> None:
+    _set_cpu(monkeypatch, avx512, avx2)
     torch.manual_seed(0)
     encoded = _encoded_shapes(WideAndNarrow().eval(), torch.randn(1, 512, 7, 7))
-    if avx512:
+    if avx2:
         # The wide matmul's weight is packed (its activations may be packed inside the dispatch
         # that makes them); nothing of the narrow one.
         assert "512x2048xf32" in encoded, encoded
@@ -67,14 +92,47 @@ def test_only_the_wide_matmul_is_data_tiled_and_only_with_avx512(avx512: bool, m
         assert encoded == []
 
 
+@pytest.mark.parametrize("avx512", [True, False])
+def test_avx2_data_tiles_from_half_the_weight_and_tiles_the_rest_six_by_sixteen(avx512: bool, monkeypatch) -> None:
+    _set_cpu(monkeypatch, avx512, True)
+    torch.manual_seed(0)
+    examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 64, 8, 8))
+    configurations = _compiled(Projection().eval(), examples, "executable-configurations")
+    encoded = set(re.findall(r"hal\.executable\.export public @\w*_encode_(\w+?)_to_", configurations))
+    small = [line for line in configurations.splitlines() if "linalg.matmul" in line and "64x64xf32" in line]
+    assert small, "no 64x64 matmul"
+    if avx512:
+        assert not any("256x1024" in shape or "1024x256" in shape for shape in encoded), encoded
+        assert all("vector_common_parallel = [6, 16, 0]" not in line for line in small)
+    else:
+        assert any("256x1024" in shape or "1024x256" in shape for shape in encoded), encoded
+        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small), small
+
+
+def test_an_avx2_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    model = Projection().eval()
+    examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 64, 8, 8))
+    bundle = dycl_iree.export(model, examples)
+    assert bundle.host == "compiled"
+    assert "--iree-opt-data-tiling" in json.dumps(bundle.manifest)
+    run = dycl_iree.load(bundle.save(tmp_path / "projection.dycl"))
+    with torch.no_grad():
+        wants = model(*examples)
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants):
+        want = want.numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
 def test_a_matmul_of_a_dynamic_batch_is_not_data_tiled(monkeypatch) -> None:
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: True)
+    _set_cpu(monkeypatch, True, True)
     encoded = _encoded_shapes(WideAndNarrow().eval(), torch.randn(2, 512, 7, 7), ({0: "batch"},))
     assert encoded == []
 
 
 def test_a_data_tiled_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: True)
+    _set_cpu(monkeypatch, True, True)
     torch.manual_seed(0)
     model = WideAndNarrow().eval()
     x = torch.randn(1, 512, 7, 7)
@@ -87,7 +145,9 @@ def test_a_data_tiled_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None
 
 
 def test_cross_compiled_targets_keep_their_flags() -> None:
-    assert "--iree-opt-data-tiling" not in compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
+    flags = compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
+    assert "--iree-opt-data-tiling" not in flags
+    assert not any(flag.startswith("--iree-preprocessing-transform-spec-filename") for flag in flags)
 
 
 def test_the_weight_bound_covers_every_power_of_two_split() -> None:
@@ -95,3 +155,15 @@ def test_the_weight_bound_covers_every_power_of_two_split() -> None:
     for k_log2 in range(4, 16):
         assert f"transform.param.constant {1 << k_log2} : i64" in text
         assert f"transform.param.constant {1 << (19 - k_log2)} : i64" in text
+
+
+def test_avx2_gives_winograds_batch_matmul_the_register_tile(monkeypatch) -> None:
+    # layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3) without AVX-512, a batch matmul
+    # 16 x 16x512 by 512x512; with AVX-512 it stays a direct convolution.
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    convolution = nn.Conv2d(512, 512, 3, padding=1).eval()
+    configurations = _compiled(convolution, (torch.randn(1, 512, 7, 7),), "executable-configurations")
+    batch_matmuls = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
+    assert batch_matmuls, "no batch matmul: the convolution did not take Winograd's form"
+    assert all("vector_common_parallel = [1, 6, 16, 0]" in line for line in batch_matmuls), batch_matmuls
