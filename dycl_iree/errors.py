@@ -20,6 +20,7 @@ __all__ = [
     "SpecializeError",
     "UnsupportedOpError",
     "CompileError",
+    "ExporterDefect",
 ]
 
 
@@ -49,3 +50,9 @@ class UnsupportedOpError(DyclError):
 
 class CompileError(DyclError):
     """iree-compile rejected the module."""
+
+
+class ExporterDefect(DyclError):
+    """A stage of dycl_iree made something inconsistent (a Program that reads a value where no path
+    defines it): a defect of the exporter, not of the model, caught before it becomes a bundle that
+    fails at run time. The message says what to report."""

@@ -46,6 +46,7 @@ from .hosts import (
 from .lower import LoweredModule, explain_compile_error, first_error_line, lower, module_bytecode
 from .partition import partition
 from .program import Program
+from .program_check import check_definitions
 from .progress import LOGGER
 from .sources import relative_sources
 from .specialize import specialize
@@ -112,6 +113,9 @@ def export(
     say("specializing to the example inputs")
     typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
     program = stage("partition", lambda: check_device_indices(guard_indices(partition(typed))))
+    # A Program that reads a value where some path does not define it is a defect of a stage above:
+    # stop here, before any host is written that would fail at run time on some inputs.
+    stage("check", lambda: check_definitions(program))
     say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
     def lowering(name: str) -> None:
         say(f"lowering {name} of {len(program.segments)}", detail=True)

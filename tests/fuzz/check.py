@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import dycl_iree
+from dycl_iree.errors import ExporterDefect
 from dycl_iree.verify import OutputError, compare, flatten
 
 from .calibrate import calibrate, instantiate
@@ -126,6 +127,9 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
     dynamic_shapes = {"x": {0: "batch"}} if program.dynamic_batch else None
     try:
         bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes)
+    except ExporterDefect as error:  # a DyclError, but a bug of the exporter, never an unsupported model
+        result.update(status="export_crash", export_error=_describe(error))
+        return
     except dycl_iree.DyclError as error:
         result.update(status="unsupported", export_error=f"{type(error).__name__}: {_first_line(error)}")
         return
