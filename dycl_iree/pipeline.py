@@ -117,6 +117,7 @@ def export(
     # stop here, before any host is written that would fail at run time on some inputs.
     stage("check", lambda: check_definitions(program))
     say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
+
     def lowering(name: str) -> None:
         say(f"lowering {name} of {len(program.segments)}", detail=True)
 
