@@ -261,3 +261,44 @@ def test_an_optional_state_and_a_list_returned_from_inside_a_loop(tmp_path):
     assert 0 in trips and max(trips) >= 2, python.trip_counts
     # `st is None`, the return inside and the test after the loop of whether it returned went both ways.
     assert python.decisions and all(set(sides) == {True, False} for sides in python.decisions.values())
+
+
+class ScoresRefinedAfterTheLabels(nn.Module):
+    """A loop that may return early, then the labels and the scaled scores made by one segment, then
+    a refinement of the scores for `n` steps, with a dynamic batch. The compiled host gave the loop
+    wrong rows, silently (fuzzer seed 80047): IREE put the labels and the scores in one buffer, the
+    scores at an offset the integer range analysis folded to 0 inside the loop, which then read the
+    labels' bytes. The tensor now enters the loop behind a barrier, in a buffer of its own."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        for _ in range(4):
+            h = h * 0.5 + 1.0
+            if float(h[0, 1]) > 1.9:
+                return h, h.argmax(1)
+        labels = h.argmax(1)
+        h = h * 2.0
+        for _ in range(n):
+            h = h * 0.75 + 0.125
+        return h, labels
+
+
+def test_scores_refined_in_a_loop_after_the_labels_keep_their_rows(tmp_path):
+    model = ScoresRefinedAfterTheLabels()
+    example, dynamic = (torch.randn(3, 8), 2), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "refined_scores", dynamic)
+    # h[0, 1] moves halfway to 2 each step: 4.0 returns in the first step, 1.7 in the second
+    # (1.85, then 1.925); from -1.0 it stays below 1.9 (1.81 after four steps), and the refinement
+    # runs n times (0 included).
+    for batch, n in [(3, 2), (2, 0), (1, 1), (4, 3)]:
+        x = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch * 10 + n))
+        x[0, 1] = -1.0
+        check_hosts(scripted, [compiled, python], (x, n))
+    for start in (4.0, 1.7):
+        x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+        x[0, 1] = start
+        check_hosts(scripted, [compiled, python], (x, 2))
+    taken = sorted((dict(counts) for counts in python.decisions.values()), key=lambda counts: -counts[False])
+    # The return test: 4 steps of each of the four inputs that never return, 2 steps of 1.7, 1 of 4.0;
+    # then whether the loop returned.
+    assert taken == [{False: 4 * 4 + 1, True: 2}, {False: 4, True: 2}], python.decisions

@@ -105,7 +105,13 @@ class ControlFlowEmitter:
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
-        initial = self.apart(initial, carried[1:], sizes_too=grows)
+        # A tensor with a dynamic dim enters behind a barrier even when it is the only one: IREE's
+        # stream passes may place it in a buffer shared with other results of the same dispatches,
+        # at the offset `util.align(size of the one before, 64)`, and the integer range analysis
+        # (`iree-util-optimize-int-arithmetic`) folds the loop argument carrying that offset to the
+        # 0 the back edge passes, so the loop read the other result's rows (fuzzer seed 80047; README,
+        # "Known traps"). Behind a barrier the tensor enters as a buffer of its own, at offset 0.
+        initial = self.apart(initial, carried[1:], alone=True, sizes_too=grows)
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
         count = len(builtins)
