@@ -158,7 +158,7 @@ class ControlFlowEmitter:
             self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
         ]
         go_bit = self.to_builtin(go, "!torch.bool")
-        next_values = self.apart(self.distinct(self.widened(next_values, types), types), carried[1:])
+        next_values = self.apart(self.distinct(self.widened(next_values, types), types, by_type=False), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         # Inside another loop, too, a tensor with a dynamic dim on entry passes its sizes on through
         # barriers: there the canonicalizer dropped the size of a dict's value that the inner loop
@@ -207,7 +207,7 @@ class ControlFlowEmitter:
             name = self.narrowed(self.from_builtin(out, carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
 
-    def distinct(self, names: list[str], types: list[str]) -> list[str]:
+    def distinct(self, names: list[str], types: list[str], by_type: bool = True) -> list[str]:
         """`names`, each tensor that may be another's buffer made a buffer of its own.
 
         IREE 3.13's VM register allocator breaks a branch that passes one buffer in two block
@@ -222,16 +222,21 @@ class ControlFlowEmitter:
         their sizes fold), the empty data and sizes of lists that were never appended to, the
         sizes of two fields of a list of tuples appended together (fuzzer seeds 80094, 80098,
         80160). Tacotron2's attention weights and their running sum start as two
-        `torch.zeros(n, t)` that TorchScript's freezing makes one value. So wherever tensors cross
-        an edge (loop entry, a loop's next values, an `if`'s sides), every tensor after the first of
-        its type is copied (`copied`): equal computations cannot be told apart here.
+        `torch.zeros(n, t)` that TorchScript's freezing makes one value. So where tensors enter a
+        loop or leave an `if`'s side, every tensor after the first of its type is copied
+        (`copied`): equal computations cannot be told apart here. A loop's next values (`by_type`
+        off) are copied only where one name comes twice: they are the body's parameters (parted on
+        entry), the results of its `if`s (parted at their sides) or what its segments compute; a
+        copy by type there cost an elementwise pass per carried state and iteration (an LSTM's `h`
+        and `c` in `show_attend_tell`).
         """
         seen: set[str] = set()
         parted = []
         for name, type_text in zip(names, types):
-            if type_text.startswith("!torch.vtensor") and type_text in seen:
+            key = type_text if by_type else name
+            if type_text.startswith("!torch.vtensor") and key in seen:
                 name = self.copied(name, type_text)
-            seen.add(type_text)
+            seen.add(key)
             parted.append(name)
         return parted
 
