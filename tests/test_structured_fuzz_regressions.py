@@ -302,3 +302,96 @@ def test_scores_refined_in_a_loop_after_the_labels_keep_their_rows(tmp_path):
     # The return test: 4 steps of each of the four inputs that never return, 2 steps of 1.7, 1 of 4.0;
     # then whether the loop returned.
     assert taken == [{False: 4 * 4 + 1, True: 2}, {False: 4, True: 2}], python.decisions
+
+
+class ConfidentPredictionsInNestedBranches(nn.Module):
+    """A list of (prediction, confidence) tuples appended only when two nested tests pass, with a
+    dynamic batch (fuzzer seed 80098, cut down). Both fields of an empty list and the sizes of the
+    two fields of an appended tuple are equal tensors, which IREE merges into one buffer; a side
+    that passed it twice read a null ref ("INVALID_ARGUMENT; ref is null; while invoking native
+    function hal.buffer_view.create") when the outer test passed and the inner one did not."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        if float(h.mean()) < -1.0:
+            if float(h.max()) > 0.5:
+                preds.append((torch.tanh(h), torch.softmax(h, 1).max(1)[0]))
+        return h, preds
+
+
+def test_a_list_of_tuples_appended_in_nested_branches_passes_each_field_in_its_own_buffer(tmp_path):
+    model = ConfidentPredictionsInNestedBranches()
+    example, dynamic = (torch.randn(2, 4),), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "nested_tuples", dynamic)
+    lengths = set()
+    for batch in (1, 2, 3):
+        low = torch.full((batch, 4), -2.0)  # the outer test passes, the inner one does not
+        peaked = low.clone()
+        peaked[0, 1] = 1.0  # both pass
+        for x in (torch.full((batch, 4), -0.5), low, peaked):  # -0.5: the outer test fails
+            _, preds = check_hosts(scripted, [compiled, python], (x,))
+            lengths.add(len(preds))
+    assert lengths == {0, 1}, lengths
+    assert [set(sides) for sides in python.decisions.values()] == [{True, False}] * 2, python.decisions
+
+
+class RefinementThatMayStopEarly(nn.Module):
+    """A refinement that returns from inside its loop once the signal is strong enough, else sets
+    a state and polishes in nested loops (fuzzer seed 80094, cut down). The state's stand-in and
+    the history's, two zero tensors of one type, are one buffer to IREE; the branch that takes the
+    `return`'s values on passed it twice, and the VM read a null ref ("INVALID_ARGUMENT; ref is
+    null; while invoking native function hal.buffer.length") when the loop returned."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        steps = 0
+        state: Optional[torch.Tensor] = None
+        history = h
+        if float(h.abs().sum()) < 6.0:
+            for _ in range(n):
+                steps += 1
+                h = torch.relu(h) - 0.25
+                h = torch.sigmoid(h) * 2.0 - 1.0
+                if float(h.abs().mean()) > 0.24:
+                    h = torch.tanh(h)
+                    return h, steps, state, history
+            if state is None:
+                state = h * 0.5
+            else:
+                state = state * 0.5 + torch.tanh(h) * 0.5
+            h = h + state * 0.25
+        else:
+            h = h * torch.softmax(h, -1).max()
+        for i in range(n):
+            for _ in range(i + 1):
+                h = h * torch.softmax(h, -1).max()
+                h = h * 0.75 + 0.125
+                for _ in range(n):
+                    h = h + torch.tensor(float(steps)) * 0.01
+                    if not (float(h[0, 1]) > 0.38):
+                        break
+            h = h + float(n) * 0.1
+        history = torch.cat([history, h], 0)
+        return h, steps, state, history
+
+
+def test_stand_ins_of_one_type_leave_a_return_inside_a_loop_in_buffers_of_their_own(tmp_path):
+    model = RefinementThatMayStopEarly()
+    example = (torch.tensor([[0.2, 0.7, 2.4, -2.3]]), 0)
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "stops_early")
+    paths = set()
+    inputs = [
+        (torch.tensor([[-1.1, 2.5, 1.1, 0.8]]), 5),  # returns in the first iteration
+        (torch.zeros(1, 4), 2),  # runs the loop out, sets the state and polishes
+        (torch.zeros(1, 4), 0),  # no iteration
+        (torch.full((1, 4), 3.0), 2),  # the other side
+        (torch.tensor([[0.1, 2.0, -0.3, 0.2]]), 3),
+    ]
+    for x, n in inputs:
+        h, steps, state, history = check_hosts(scripted, [compiled, python], (x, n))
+        paths.add((state is None, history.shape[0]))
+    assert paths == {(True, 1), (False, 2), (True, 2)}, paths  # returned; polished with and without the state
+    trips = {label: set(counts) for label, counts in python.trip_counts.items()}
+    assert any({1, 2} <= counts for counts in trips.values()), trips  # the first loop returned and ran out
+    assert sum(set(sides) == {True, False} for sides in python.decisions.values()) >= 2, python.decisions

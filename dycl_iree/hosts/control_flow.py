@@ -45,8 +45,8 @@ class ControlFlowEmitter:
             self.depth += 1
             saved = dict(self.names), dict(self.types)
             self.block(block)
-            # A side that yields one tensor twice (a list that is both a loop's result and the value
-            # an early return left) gets a copy for the second: the VM moves the ref (`distinct`).
+            # A side that yields two tensors that may be one buffer (one value twice, or two stand-ins
+            # IREE merges) gets a copy for the second: the VM moves the ref (`distinct`).
             yields = self.region_results(block, types)
             yields = self.apart(self.distinct(self.widened(yields, types), types), carriers, alone=True)
             suffix = f" {', '.join(yields)} : {', '.join(carriers)}" if types else ""
@@ -101,7 +101,7 @@ class ControlFlowEmitter:
             self.with_opaque_sizes(name, type_text) if not for_like and _enters_with_a_known_size(arg) else name
             for arg, name, type_text in zip(node.initial, initial, types)
         ]
-        initial = self.distinct(initial, types, entry=True)
+        initial = self.distinct(initial, types)
         zero = self.constant(0, None)[0]
         start = self.loop_condition(zero, trip, node.condition)
         start_bit = self.to_builtin(start, "!torch.bool")
@@ -164,7 +164,7 @@ class ControlFlowEmitter:
             self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
         ]
         go_bit = self.to_builtin(go, "!torch.bool")
-        next_values = self.apart(self.distinct(self.widened(next_values, types), types), carried[1:])
+        next_values = self.apart(self.distinct(self.widened(next_values, types), types, by_type=False), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         # Inside another loop, too, a tensor with a dynamic dim on entry passes its sizes on through
         # barriers: there the canonicalizer dropped the size of a dict's value that the inner loop
@@ -213,32 +213,50 @@ class ControlFlowEmitter:
             name = self.narrowed(self.from_builtin(out, carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
 
-    def distinct(self, names: list[str], types: list[str], entry: bool = False) -> list[str]:
-        """`names`, each tensor that may be another's value made a buffer of its own.
+    def distinct(self, names: list[str], types: list[str], by_type: bool = True) -> list[str]:
+        """`names`, each tensor that may be another's buffer made a buffer of its own.
 
-        IREE 3.13 passes two equal tensors into an `scf.while` as one buffer in two loop arguments,
-        and the barriers of `apart` do not part them (a barrier keeps the buffer): the VM then moves
-        the ref out of one argument into the other, and a dispatch or copy reads a null buffer at
-        run time ("OUT_OF_RANGE; indirect buffer reference slot 0 is out range of the declared
-        binding capacity of the command buffer 0"), on every input. Tacotron2's attention weights
-        and their running sum start as two `torch.zeros(n, t)`: TorchScript's freezing makes them
-        one value, and where it does not, IREE's CSE does. So on entry (`entry`) every carried
-        tensor after the first of its type is copied (equal computations cannot be told apart
-        here), and where the body passes one value on twice, the second. The copy adds a zero the
-        compiler cannot see (`opaque_int`), one elementwise pass over the tensor; a bool tensor is
-        compared with it instead (`x != 0` is `x`).
+        IREE 3.13's VM register allocator breaks a branch that passes one buffer in two block
+        arguments: where one of them keeps the register the value is in and the other is its last
+        use, the VM moves the ref out of that register, and the block argument left in it reads a
+        null buffer ("INVALID_ARGUMENT; ref is null; while invoking native function
+        hal.buffer_view.create", or OUT_OF_RANGE in a copy; iree-org/iree#24753, fixed by
+        iree-org/iree#24781 after 3.13). The barriers of `apart` do not part them: a barrier keeps
+        the buffer. Equal names are not the only way there: IREE merges equal computations, and
+        the tensors the compiled host makes itself are equal more often than not: the zeros that
+        stand in for an unset Optional or a `return` that did not run (a `flow.tensor.splat` once
+        their sizes fold), the empty data and sizes of lists that were never appended to, the
+        sizes of two fields of a list of tuples appended together (fuzzer seeds 80094, 80098,
+        80160). Tacotron2's attention weights and their running sum start as two
+        `torch.zeros(n, t)` that TorchScript's freezing makes one value. So where tensors enter a
+        loop or leave an `if`'s side, every tensor after the first of its type is copied
+        (`copied`): equal computations cannot be told apart here. A loop's next values (`by_type`
+        off) are copied only where one name comes twice: they are the body's parameters (parted on
+        entry), the results of its `if`s (parted at their sides) or what its segments compute; a
+        copy by type there cost an elementwise pass per carried state and iteration (an LSTM's `h`
+        and `c` in `show_attend_tell`).
         """
         seen: set[str] = set()
         parted = []
         for name, type_text in zip(names, types):
-            if type_text.startswith("!torch.vtensor") and (type_text if entry else name) in seen:
+            key = type_text if by_type else name
+            if type_text.startswith("!torch.vtensor") and key in seen:
                 name = self.copied(name, type_text)
-            seen.add(type_text if entry else name)
+            seen.add(key)
             parted.append(name)
         return parted
 
     def copied(self, name: str, type_text: str) -> str:
-        """A copy of tensor `name` in a buffer of its own (see `distinct`)."""
+        """A copy of tensor `name` in a buffer of its own (see `distinct`).
+
+        The copy adds a zero the compiler cannot see (`opaque_int`), one elementwise pass over the
+        tensor; a bool tensor is compared with it instead (`x != 0` is `x`). A tensor with a
+        dynamic leading dim is copied with a leading size the compiler cannot see instead
+        (`with_opaque_sizes`): IREE folds any operation on a tensor it knows to be empty (a list
+        never appended to) into one empty tensor of its type, and merges those again.
+        """
+        if type_text.startswith("!torch.vtensor<[?"):
+            return self.with_opaque_sizes(name, type_text)
         zero, copy = self.opaque_int(0), self.fresh()
         if type_text.endswith(",i1>"):
             self.emit(f"{copy} = torch.aten.ne.Scalar {name}, {zero} : {type_text}, !torch.int -> {type_text}")
