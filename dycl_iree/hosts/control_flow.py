@@ -220,8 +220,8 @@ class ControlFlowEmitter:
         arguments: where one of them keeps the register the value is in and the other is its last
         use, the VM moves the ref out of that register, and the block argument left in it reads a
         null buffer ("INVALID_ARGUMENT; ref is null; while invoking native function
-        hal.buffer_view.create", or OUT_OF_RANGE in a copy; iree-org/iree#24753, fixed by
-        iree-org/iree#24781 after 3.13). The barriers of `apart` do not part them: a barrier keeps
+        hal.buffer_view.create", or OUT_OF_RANGE in a copy; iree-org/iree#24753; a fix is
+        proposed in iree-org/iree#24781). The barriers of `apart` do not part them: a barrier keeps
         the buffer. Equal names are not the only way there: IREE merges equal computations, and
         the tensors the compiled host makes itself are equal more often than not: the zeros that
         stand in for an unset Optional or a `return` that did not run (a `flow.tensor.splat` once
