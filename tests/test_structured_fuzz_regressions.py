@@ -14,6 +14,16 @@ from torch import nn
 from tests.conftest import check_hosts, export_compiled
 
 
+def _piece_widths(scripted, hosts, cases) -> set:
+    """Run every case on the hosts against the scripted model; the widths the pieces joined to
+    `h` added (0 where the list held none)."""
+    widths = set()
+    for inputs in cases:
+        h, joined = check_hosts(scripted, hosts, inputs)
+        widths.add(joined.shape[1] - h.shape[1])
+    return widths
+
+
 class StateAndPredictionsReturnedFromAnUnrolledLoop(nn.Module):
     """An Optional state set on one side of a branch, a list of tuples appended on the other, both
     returned from inside a loop of constant trip count (which the exporter unrolls). The iterations
@@ -110,13 +120,10 @@ class PiecesOfDataDependentWidth(nn.Module):
 def test_pieces_of_data_dependent_width_from_a_list_that_starts_with_one(tmp_path):
     model = PiecesOfDataDependentWidth()
     _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(2, 8),), "pieces")
-    widths = set()
-    for seed in range(10):
-        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)) * 2.0
-        if seed % 3 == 0:
-            x[0, 1] = 5.0  # the loop runs to its cap
-        h, joined = check_hosts(scripted, [compiled, python], (x,))
-        widths.add(joined.shape[1] - h.shape[1])
+    cases = [(torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)) * 2.0,) for seed in range(10)]
+    for (x,) in cases[::3]:
+        x[0, 1] = 5.0  # the loop runs to its cap
+    widths = _piece_widths(scripted, [compiled, python], cases)
     assert len(widths) >= 4, widths  # lists of several lengths and widths
     trips = [count for counts in python.trip_counts.values() for count in counts]
     assert {0, 3} <= set(trips), python.trip_counts
@@ -143,11 +150,9 @@ def test_pieces_of_data_dependent_width_with_a_dynamic_batch_from_an_empty_list(
     model = PiecesWithADynamicBatch()
     example, dynamic = (torch.randn(2, 6), 2), {"x": {0: "batch"}}
     _, scripted, compiled, python = export_compiled(tmp_path, model, example, "pieces_batch", dynamic)
-    widths = set()
-    for seed in range(10):
-        x = torch.randn(1 + seed % 3, 6, generator=torch.Generator().manual_seed(seed))
-        h, joined = check_hosts(scripted, [compiled, python], (x, seed % 4))
-        widths.add(joined.shape[1] - h.shape[1])
+    generators = [torch.Generator().manual_seed(seed) for seed in range(10)]
+    cases = [(torch.randn(1 + seed % 3, 6, generator=g), seed % 4) for seed, g in enumerate(generators)]
+    widths = _piece_widths(scripted, [compiled, python], cases)
     check_hosts(scripted, [compiled, python], (torch.full((3, 6), 2.0), 3))  # the break at once
     assert 0 in widths and len(widths) >= 4, widths
     (label,) = [label for label in python.decisions if label.startswith("if")]
@@ -172,11 +177,8 @@ def test_a_piece_that_one_side_of_a_branch_appends_with_a_dynamic_batch(tmp_path
     model = PiecesThatABranchAppends()
     example, dynamic = (torch.randn(2, 4),), {"x": {0: "batch"}}
     _, scripted, compiled, python = export_compiled(tmp_path, model, example, "branch_pieces", dynamic)
-    widths = set()
-    for seed in range(8):
-        x = torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed))
-        h, joined = check_hosts(scripted, [compiled, python], (x,))
-        widths.add(joined.shape[1] - h.shape[1])
+    cases = [(torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed)),) for seed in range(8)]
+    widths = _piece_widths(scripted, [compiled, python], cases)
     assert 0 in widths and len(widths) >= 3, widths
     (label,) = python.decisions
     assert set(python.decisions[label]) == {True, False}
@@ -204,16 +206,13 @@ def test_a_piece_width_read_on_the_path_that_returned_is_read_again_on_the_other
     model = PiecesBeforeALoopThatMayReturn()
     example, dynamic = (torch.randn(2, 4), 2), {"x": {0: "batch"}}
     _, scripted, compiled, python = export_compiled(tmp_path, model, example, "returned_pieces", dynamic)
-    widths = set()
     # x = 2 returns in the first iteration, x = -2 in the fifth (tanh(h) + 0.25 climbs to > 3 / 8
     # per element), so n = 3 runs that one to the end; n = 0 never enters the loop.
     cases = [(torch.full((2, 4), 2.0), 3), (torch.full((2, 4), -2.0), 3), (torch.full((2, 4), -2.0), 6)]
     cases += [
         (torch.randn(1 + seed % 3, 4, generator=torch.Generator().manual_seed(seed)), seed % 4) for seed in range(8)
     ]
-    for x, n in cases:
-        h, joined = check_hosts(scripted, [compiled, python], (x, n))
-        widths.add(joined.shape[1] - h.shape[1])
+    widths = _piece_widths(scripted, [compiled, python], cases)
     assert len(widths) >= 4, widths
     trips = [count for counts in python.trip_counts.values() for count in counts]
     assert {0, 1, 3, 5} <= set(trips), python.trip_counts
