@@ -181,3 +181,25 @@ def run_without_torch(script: Path, *arguments: str) -> Any:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result
+
+
+# `make test` runs the files on two workers, a file whole on one (`--dist loadfile`), handed out in
+# collection order. These files take the longest (whole-zoo and ImageNet-size exports, C builds,
+# subprocesses that install or run the package); started last, one of them keeps one worker busy
+# while the other has nothing left. They go first, longest first; the rest keep their order.
+LONGEST_FIRST = (
+    "test_zoo_export.py",
+    "test_imagenet_models.py",
+    "test_readme.py",
+    "test_tacotron2.py",
+    "test_c_embedding.py",
+    "test_runtime_no_torch.py",
+    "test_newcomer.py",
+    "test_packaging.py",
+    "test_zoo_models.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
