@@ -106,16 +106,17 @@ def prepared_invoke(context: Any, module: Any, name: str, result_count: int) -> 
 
 
 def bind_exclusive(
-    context: Any, module: Any, name: str, result_count: int, pinned: tuple
+    context: Any, module: Any, name: str, result_count: int, pinned: tuple, keep_results: bool
 ) -> Callable[..., tuple] | None:
     """`bind_function(..., all_tensors=True)` for a caller that never calls it from two threads at
     once (the Python host's call through the staging buffers, which holds their lock).
 
-    It keeps one results list for every call (~0.7 us a call; IREE's invoke empties the list it
-    writes into, so it holds the last call's results until the next call), and when a call's
-    arguments are all `pinned` objects (the staging's buffer views, alive as long as the bundle:
-    `seg0(x)` of a static-shape x), the argument list packed for them (~1.5 us a call), reused as
-    long as the same objects come again. None where `bind_function` would fall back.
+    When a call's arguments are all `pinned` objects (the staging's buffer views, alive as long as
+    the bundle: `seg0(x)` of a static-shape x), it passes the argument list packed for them at the
+    first such call (~1.5 us a call), as long as the same objects come again. With `keep_results`
+    it also keeps one results list for every call (~0.7 us a call): IREE's invoke empties the list
+    it writes into, so the list holds the last call's results until the next call, which is for the
+    caller to allow only where those results are small. None where `bind_function` would fall back.
     """
     if not _LEAN:  # pragma: no cover
         return None
@@ -127,8 +128,8 @@ def bind_exclusive(
         raise KeyError(name)
     pack = ArgumentPacker(_invoke_statics, None).pack
     invoke = context.vm_context.invoke
-    results = ireert.VmVariantList(result_count)
-    get, buffer_view = results.get_as_object, ireert.HalBufferView
+    variant_list, buffer_view = ireert.VmVariantList, ireert.HalBufferView
+    kept = variant_list(result_count) if keep_results else None
     indices = range(result_count)
     pinned_ids = frozenset(id(value) for value in pinned)
     no_keywords: dict = {}
@@ -140,6 +141,7 @@ def bind_exclusive(
 
     def call_exclusive(*args: Any) -> tuple:
         nonlocal key, first, prepared, count
+        results = kept if kept is not None else variant_list(result_count)
         # By identity: an argument may be a numpy array, whose `==` is elementwise.
         if len(args) == count and args[0] is first and (count == 1 or all(map(_is, args, key))):
             invoke(vm_function, prepared, results)
@@ -149,7 +151,8 @@ def bind_exclusive(
                 key, first, prepared, count = args, args[0], arguments, len(args)
             invoke(vm_function, arguments, results)
         if single:
-            return (get(0, buffer_view),)
+            return (results.get_as_object(0, buffer_view),)
+        get = results.get_as_object
         return tuple([get(index, buffer_view) for index in indices])
 
     return call_exclusive

@@ -73,13 +73,16 @@ class HostServices:
         record: bool,
         read_scalar: Callable = to_scalar,
         pinned: tuple | None = None,
+        kept_results: frozenset[str] = frozenset(),
     ) -> None:
         self._context = context
         self._module = module
         self._segments = segments
         self._read_scalar = read_scalar
-        # For a host that one thread at a time runs (`invoke.bind_exclusive`): the staging's views.
+        # For a host that one thread at a time runs (`invoke.bind_exclusive`): the staging's views,
+        # and the segments whose results lists are kept between calls.
         self._pinned = pinned
+        self._kept_results = kept_results
         self.record = record
         self.decisions: dict[str, dict[bool, int]] = defaultdict(lambda: defaultdict(int))
         self.trip_counts: dict[str, list[int]] = defaultdict(list)
@@ -104,7 +107,9 @@ class HostServices:
     def segment(self, name: str) -> Callable[..., tuple]:
         """The segment function; it returns a tuple of buffers that stay on the device."""
         if self._pinned is not None:
-            function = bind_exclusive(self._context, self._module, name, self._segments[name], self._pinned)
+            function = bind_exclusive(
+                self._context, self._module, name, self._segments[name], self._pinned, name in self._kept_results
+            )
             if function is not None:
                 return function
         return bind_function(self._context, self._module, name, self._segments[name], all_tensors=True)
@@ -302,11 +307,18 @@ class Runner:
             )
             return
         # The staged call holds the staging's lock from the copy to the read-back, so the host it runs
-        # is run by one thread at a time: it gets segments that reuse their argument and results
-        # lists (`invoke.bind_exclusive`), and counts its decisions where `decisions` reads.
+        # is run by one thread at a time: it gets segments that reuse their argument lists and, where
+        # their results are small, their results lists (`invoke.bind_exclusive`), and counts its
+        # decisions where `decisions` reads.
         services = self.services
         exclusive = HostServices(
-            self._context, module, services._segments, services.record, services._read_scalar, tuple(staging.views)
+            self._context,
+            module,
+            services._segments,
+            services.record,
+            services._read_scalar,
+            pinned=tuple(staging.views),
+            kept_results=_small_results(self.manifest["segments"]),
         )
         exclusive.decisions, exclusive.trip_counts = services.decisions, services.trip_counts
         self._call_staged = staged_call(
@@ -450,6 +462,28 @@ class Runner:
 
 
 _NOT_STAGED = object()  # what a staged call returns when the general path must take the call
+
+
+# A results list kept between calls holds the last results alive until the next call: worth ~0.7 us
+# a call on a tiny segment, nothing on one whose results are activations of a large network.
+_KEPT_RESULT_BYTES = 64 * 1024
+
+
+def _small_results(segments: list[dict[str, Any]]) -> frozenset[str]:
+    """The segments whose results are all static-shape tensors of at most `_KEPT_RESULT_BYTES` together."""
+    small = []
+    for segment in segments:
+        total = 0
+        for spec in segment["outputs"]:
+            dtype = _NUMPY_DTYPES.get(spec.get("dtype") or "")
+            shape = spec.get("shape")
+            if spec.get("kind") != "tensor" or dtype is None or shape is None or None in shape:
+                break
+            total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        else:
+            if total <= _KEPT_RESULT_BYTES:
+                small.append(segment["name"])
+    return frozenset(small)
 
 
 def _read_in_place(spec: dict[str, Any], read_array: Callable[[Any], np.ndarray]) -> np.dtype | None:

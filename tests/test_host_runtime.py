@@ -219,3 +219,27 @@ def test_the_staged_call_is_straight_line_code_and_counts_decisions(exported):
         counts.append({label: dict(sides) for label, sides in run.decisions.items()})
     assert counts[0] == counts[1]
     assert counts[0] and all(set(sides) == {True, False} for sides in counts[0].values()), counts[0]
+
+
+def test_only_small_static_segment_results_are_kept_between_calls(exported, monkeypatch):
+    """A segment's results list is kept between staged calls (holding its last results) only when
+    those results are static tensors of at most 64 KiB together; with none kept the staged Python
+    host still matches PyTorch."""
+    import host_runtime
+    from host_runtime import runner
+    from tests.conftest import assert_matches
+
+    tensor = {"kind": "tensor", "dtype": "float32"}
+    segments = [
+        {"name": "small", "outputs": [{**tensor, "shape": [1, 8]}, {**tensor, "shape": [127, 128]}]},
+        {"name": "large", "outputs": [{**tensor, "shape": [1, 8]}, {**tensor, "shape": [128, 128]}]},
+        {"name": "dynamic", "outputs": [{**tensor, "shape": [None, 8]}]},
+        {"name": "none", "outputs": []},
+    ]
+    assert runner._small_results(segments) == {"small", "none"}
+    item = exported("early_exit")
+    monkeypatch.setattr(runner, "_KEPT_RESULT_BYTES", -1)
+    run = host_runtime.load(item.path, host="python")
+    assert run._call_staged is not None
+    for inputs in item.samples():
+        assert_matches(run(*_as_numpy(inputs)), item.reference(*inputs), "no results list kept")
