@@ -111,9 +111,9 @@ def bind_exclusive(
     """`bind_function(..., all_tensors=True)` for a caller that never calls it from two threads at
     once (the Python host's call through the staging buffers, which holds their lock).
 
-    When a call's arguments are all `pinned` objects (the staging's buffer views, alive as long as
-    the bundle: `seg0(x)` of a static-shape x), it passes the argument list packed for them at the
-    first such call (~1.5 us a call), as long as the same objects come again. With `keep_results`
+    When the first call's arguments are all `pinned` objects (the staging's buffer views, alive as
+    long as the bundle: `seg0(x)` of a static-shape x), it passes the argument list packed for them
+    then (~1.5 us a call) whenever the same objects come again. With `keep_results`
     it also keeps one results list for every call (~0.7 us a call): IREE's invoke empties the list
     it writes into, so the list holds the last call's results until the next call, which is for the
     caller to allow only where those results are small. None where `bind_function` would fall back.
@@ -136,7 +136,7 @@ def bind_exclusive(
     key: tuple = ()  # the pinned arguments `prepared` was packed from
     first: Any = None  # key[0]: most segments take one input
     prepared: Any = None
-    count = -1  # len(key) once there is a key: no call has -1 arguments
+    count = -1  # len(key) once there is a key; -2 when the first call's arguments were not all pinned
     single = result_count == 1
 
     def call_exclusive(*args: Any) -> tuple:
@@ -147,8 +147,11 @@ def bind_exclusive(
             invoke(vm_function, prepared, results)
         else:
             arguments = pack(InvokeContext(device), args, no_keywords)
-            if count < 0 and args and all(id(value) in pinned_ids for value in args):
-                key, first, prepared, count = args, args[0], arguments, len(args)
+            if count == -1:  # the first call decides, so a segment that never gets pinned arguments stops looking
+                if args and all(id(value) in pinned_ids for value in args):
+                    key, first, prepared, count = args, args[0], arguments, len(args)
+                else:
+                    count = -2
             invoke(vm_function, arguments, results)
         if single:
             return (results.get_as_object(0, buffer_view),)
