@@ -21,10 +21,12 @@ from .errors import BundleError, InputError, ModelRaised
 from .invoke import (
     MAPPABLE_RESULT_DRIVERS,
     array_reader,
+    bind_exclusive,
     bind_function,
-    bind_prepared,
     element_type_of,
+    prepared_invoke,
     readers_for,
+    scalar_reader,
     to_numpy,
     to_scalar,
     upload,
@@ -32,6 +34,7 @@ from .invoke import (
 from .none_inputs import NoneInputs
 from .output_tree import build_outputs, flatten_outputs, leaf_labels
 from .random_state import DEFAULT_SEED, initial_state, state_array, state_number
+from .staged_call import StagedPlan, staged_call
 from .staging import InputStaging
 
 _NUMPY_DTYPES = {
@@ -63,18 +66,32 @@ class HostServices:
     ModelRaised = ModelRaised
 
     def __init__(
-        self, context: Any, module: Any, segments: dict[str, int], record: bool, read_scalar: Callable = to_scalar
+        self,
+        context: Any,
+        module: Any,
+        segments: dict[str, int],
+        record: bool,
+        read_scalar: Callable = to_scalar,
+        pinned: tuple | None = None,
+        kept_results: frozenset[str] = frozenset(),
     ) -> None:
         self._context = context
         self._module = module
         self._segments = segments
+        self._read_scalar = read_scalar
+        # For a host that one thread at a time runs (`invoke.bind_exclusive`): the staging's views,
+        # and the segments whose results lists are kept between calls.
+        self._pinned = pinned
+        self._kept_results = kept_results
         self.record = record
         self.decisions: dict[str, dict[bool, int]] = defaultdict(lambda: defaultdict(int))
         self.trip_counts: dict[str, list[int]] = defaultdict(list)
         if not record:
             self.decide = _pass_through
             self.trips = _ignore
-        if read_scalar is not to_scalar:  # a device whose results need a staged read-back
+        if read_scalar is to_scalar:  # results read in place: each kind in one call (`invoke.scalar_reader`)
+            self.to_bool, self.to_int, self.to_float = scalar_reader(bool), scalar_reader(int), scalar_reader(float)
+        else:  # a device whose results need a staged read-back
 
             def to_bool(array: Any) -> bool:
                 return bool(read_scalar(array))
@@ -89,6 +106,12 @@ class HostServices:
 
     def segment(self, name: str) -> Callable[..., tuple]:
         """The segment function; it returns a tuple of buffers that stay on the device."""
+        if self._pinned is not None:
+            function = bind_exclusive(
+                self._context, self._module, name, self._segments[name], self._pinned, name in self._kept_results
+            )
+            if function is not None:
+                return function
         return bind_function(self._context, self._module, name, self._segments[name], all_tensors=True)
 
     # `.item()` semantics: TorchScript's Bool/Int/Float accept any one-element tensor, not only 0-d.
@@ -199,7 +222,8 @@ class Runner:
             namespace: dict[str, Any] = {}
             code = compile(source_path.read_text(), str(source_path), "exec")
             exec(code, namespace)  # the caller asked for the Python host: it is code from the bundle
-            self._main = namespace["bind"](self.services)
+            self._bind_python_host = namespace["bind"]
+            self._main = self._bind_python_host(self.services)
         # Inputs exported as None take only None and are removed before the checks (`none_inputs`).
         self._none_inputs = NoneInputs.of(self.manifest["inputs"], self.manifest["model"])
         taken = self._none_inputs.taken() if self._none_inputs else list(enumerate(self.manifest["inputs"]))
@@ -251,20 +275,54 @@ class Runner:
             # A staged array is copied into the mapping element by element: any layout will do.
             plans.append((_input_checker(position, spec, scalar_as_tensor=False, contiguous=False), layout))
         staged = [layout for _, layout in plans if layout is not None]
-        main_prepared = bind_prepared(self._context, module, "main", len(self._leaves)) if host == "compiled" else None
+        main_prepared = None
+        if host == "compiled":
+            main_prepared = prepared_invoke(self._context, module, "main", len(self._leaves))
         if (host == "compiled" and (len(staged) < len(plans) or main_prepared is None)) or not staged:
             return
         self._staging = staging = InputStaging(self._context.config.device, staged)
-        arrays = iter(staging.arrays)
+        arrays, views = iter(staging.arrays), iter(staging.views)
         copies = [(check, next(arrays) if layout is not None else None) for check, layout in plans]
-        self._call_staged = _staged_call(
-            staging,
-            copies,
-            main_prepared or self._main,
-            main_prepared is not None,
-            self._converters,
-            self._build,
-            self._shared_dims,
+        plan = StagedPlan(
+            copies=copies,
+            views=[next(views) if layout is not None else None for _, layout in plans],
+            # A tensor with declared dims keeps its check (their ranges); none is staged today.
+            layouts=[
+                layout if spec["kind"] == "tensor" and not spec.get("dims") else None
+                for (_, layout), spec in zip(plans, self._inputs)
+            ],
+            converters=self._converters,
+            reads=[_read_in_place(spec, self._read_array) for spec in self._leaves],
+            tree=self._tree,
+            build=self._build,
+            shared_dims=self._shared_dims,
+            check_shared_dims=_check_shared_dims,
+            model_check_failed=_model_check_failed,
+            not_staged=_NOT_STAGED,
+        )
+        if main_prepared is not None:
+            invoke, function, results = main_prepared
+            self._call_staged = staged_call(
+                plan, staging.try_acquire, staging.release, prepared=(invoke, function, staging.arguments, results)
+            )
+            return
+        # The staged call holds the staging's lock from the copy to the read-back, so the host it runs
+        # is run by one thread at a time: it gets segments that reuse their argument lists and, where
+        # their results are small, their results lists (`invoke.bind_exclusive`), and counts its
+        # decisions where `decisions` reads.
+        services = self.services
+        exclusive = HostServices(
+            self._context,
+            module,
+            services._segments,
+            services.record,
+            services._read_scalar,
+            pinned=tuple(staging.views),
+            kept_results=_small_results(self.manifest["segments"]),
+        )
+        exclusive.decisions, exclusive.trip_counts = services.decisions, services.trip_counts
+        self._call_staged = staged_call(
+            plan, staging.try_acquire, staging.release, python_main=self._bind_python_host(exclusive)
         )
 
     @property
@@ -406,74 +464,35 @@ class Runner:
 _NOT_STAGED = object()  # what a staged call returns when the general path must take the call
 
 
-def _staged_call(
-    staging: InputStaging,
-    copies: list[tuple[Callable[[Any], Any], np.ndarray | None]],
-    main: Callable[..., Any],
-    prepared: bool,
-    converters: list[Callable[[Any], Any]],
-    build: Callable[[list], Any],
-    shared_dims: list,
-) -> Callable[[tuple], Any]:
-    """A call through the staging buffers, as one closure over everything it reads: for a small
-    model this is the whole per-call work besides IREE's own, and each attribute lookup saved is
-    ~0.1 us of a ~7 us call.
+# A results list kept between calls holds the last results alive until the next call: worth ~0.7 us
+# a call on a tiny segment, nothing on one whose results are activations of a large network.
+_KEPT_RESULT_BYTES = 64 * 1024
 
-    `copies` holds, per input, its check and its staging array (None: passed as checked). `main`
-    is the compiled host's `invoke.bind_prepared` function when `prepared` (every input staged: it
-    takes the staging's argument list), else the Python host's main (it takes the staged views and
-    the other inputs). The call returns `_NOT_STAGED` without doing anything when the input count is wrong
-    (the general path raises the error) or another thread's call holds the staging buffers.
-    """
-    try_acquire, release, count = staging.try_acquire, staging.release, len(copies)
-    views = iter(staging.views)
-    slots = [next(views) if array is not None else None for _, array in copies]
-    arguments_list = staging.arguments
 
-    def call(inputs: tuple) -> Any:
-        if len(inputs) != count or not try_acquire():
-            return _NOT_STAGED
-        try:  # the staging buffers are this call's until its results are host arrays
-            for (check, array), value in zip(copies, inputs):
-                array[...] = check(value)
-            if shared_dims:
-                _check_shared_dims(shared_dims, inputs)
-            try:
-                results = main(arguments_list)
-            except RuntimeError as error:
-                failed = _model_check_failed(error)
-                if failed is None:
-                    raise
-                raise failed from error
-            return build([convert(value) for convert, value in zip(converters, results)])
-        finally:
-            release()
+def _small_results(segments: list[dict[str, Any]]) -> frozenset[str]:
+    """The segments whose results are all static-shape tensors of at most `_KEPT_RESULT_BYTES` together."""
+    small = []
+    for segment in segments:
+        total = 0
+        for spec in segment["outputs"]:
+            dtype = _NUMPY_DTYPES.get(spec.get("dtype") or "")
+            shape = spec.get("shape")
+            if spec.get("kind") != "tensor" or dtype is None or shape is None or None in shape:
+                break
+            total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        else:
+            if total <= _KEPT_RESULT_BYTES:
+                small.append(segment["name"])
+    return frozenset(small)
 
-    def call_python_host(inputs: tuple) -> Any:
-        if len(inputs) != count or not try_acquire():
-            return _NOT_STAGED
-        try:
-            arguments = []
-            for (check, array), view, value in zip(copies, slots, inputs):
-                if array is None:
-                    arguments.append(check(value))
-                else:
-                    array[...] = check(value)
-                    arguments.append(view)
-            if shared_dims:
-                _check_shared_dims(shared_dims, inputs)
-            try:
-                results = main(*arguments)
-            except RuntimeError as error:
-                failed = _model_check_failed(error)
-                if failed is None:
-                    raise
-                raise failed from error
-            return build([convert(value) for convert, value in zip(converters, results)])
-        finally:
-            release()
 
-    return call if prepared else call_python_host
+def _read_in_place(spec: dict[str, Any], read_array: Callable[[Any], np.ndarray]) -> np.dtype | None:
+    """The dtype a staged call reads an output leaf as, in place (`staged_call`), where
+    `_output_converter` gives it `invoke.array_reader`; None where the converter does the work."""
+    want = _NUMPY_DTYPES.get(spec.get("dtype") or "")
+    if spec["kind"] == "tensor" and "constant" not in spec and want is not None and read_array is to_numpy:
+        return np.dtype(want)
+    return None
 
 
 def _output_converter(

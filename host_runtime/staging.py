@@ -33,7 +33,7 @@ from .invoke import element_type_of
 
 class InputStaging:
     """One mapped device buffer per input, the buffer views over them, and the VM argument list
-    that holds those views in order (what `invoke.bind_prepared` calls a function with)."""
+    that holds those views in order (what `staged_call` calls a function with)."""
 
     def __init__(self, device: Any, inputs: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         import iree.runtime as ireert

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host_runtime.invoke import element_type_of, to_numpy, to_scalar, upload
+from host_runtime.invoke import element_type_of, scalar_reader, to_numpy, to_scalar, upload
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,21 @@ def test_to_numpy_round_trips(device, name):
 def test_to_scalar_reads_any_one_element_tensor(device, array):
     value = to_scalar(upload(device, array, element_type_of(array.dtype)))
     assert type(value) is type(array.item()) and value == array.item()
+
+
+@pytest.mark.parametrize("convert", [bool, int, float])
+@pytest.mark.parametrize(
+    "array",
+    [np.array(True), np.array([[-7]], np.int64), np.array([[1.5]], np.float32), np.array([[0.5]], np.float16)],
+    ids=lambda array: f"{array.dtype}{list(array.shape)}",
+)
+def test_scalar_reader_reads_as_to_scalar(device, array, convert):
+    """The Python host's `to_bool`/`to_int`/`to_float` read what `to_scalar` reads, float16 (no
+    memoryview code: the general path) and a numpy array (returned by a host as it is) included."""
+    read = scalar_reader(convert)
+    value = read(upload(device, array, element_type_of(array.dtype)))
+    assert type(value) is convert and value == convert(array.item())
+    assert read(array) == convert(array.item())
 
 
 # -- the compiled host's calling convention (main_abi 2) -------------------------------------------
@@ -116,15 +131,16 @@ def test_static_inputs_are_staged_and_match_pytorch(exported, name, host, staged
         assert_matches(general(*_as_numpy(inputs)), expected, f"{name} general")
 
 
-def test_staged_results_are_copies_and_bad_input_gets_the_same_errors(exported):
+@pytest.mark.parametrize("host", ["compiled", "python"])
+def test_staged_results_are_copies_and_bad_input_gets_the_same_errors(exported, host):
     """A result read after the next call still holds its own values (the staging buffers and the
-    reused results list are not visible through it), and bad input is refused before any copy."""
+    reused results lists are not visible through it), and bad input is refused before any copy."""
     import host_runtime
     from host_runtime.errors import InputError
     from tests.conftest import assert_matches
 
     item = exported("early_exit")
-    run = host_runtime.load(item.path, host="compiled")
+    run = host_runtime.load(item.path, host=host)
     samples = item.samples()
     first = run(*_as_numpy(samples[0]))
     run(*_as_numpy(samples[-1]))
@@ -142,15 +158,17 @@ def test_staged_results_are_copies_and_bad_input_gets_the_same_errors(exported):
     assert_matches(run(wide[:, ::2]), item.reference(*samples[0]), "a strided input")  # any layout
 
 
-def test_calls_from_several_threads_get_their_own_results(exported):
-    """Calls that find the staging buffers held by another thread's call take the general path."""
+@pytest.mark.parametrize("host", ["compiled", "python"])
+def test_calls_from_several_threads_get_their_own_results(exported, host):
+    """Calls that find the staging buffers held by another thread's call take the general path (on
+    the Python host, the host whose segments keep no lists between calls)."""
     import threading
 
     import host_runtime
     from tests.conftest import flatten
 
     item = exported("early_exit")
-    run = host_runtime.load(item.path, host="compiled")
+    run = host_runtime.load(item.path, host=host)
     samples = [_as_numpy(inputs) for inputs in item.samples()]
     expected = [flatten(run(*inputs)) for inputs in samples]
 
@@ -176,3 +194,52 @@ def test_calls_from_several_threads_get_their_own_results(exported):
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+def test_the_staged_call_is_straight_line_code_and_counts_decisions(exported):
+    """The staged call is generated per bundle without loops (one copy per input, one read per
+    output leaf), and the Python host it runs counts its decisions where `decisions` reads them:
+    the staged path and the general path record the same sides for the same samples."""
+    import host_runtime
+    from tests.conftest import assert_matches
+
+    item = exported("early_exit")
+    samples = [_as_numpy(inputs) for inputs in item.samples()]
+    compiled = host_runtime.load(item.path, host="compiled")
+    source = compiled._call_staged.source
+    assert "for " not in source and source.count("array0[...] = ") == 2
+    assert source.count("= get(") == len(compiled.outputs) and "invoke(function, arguments, results)" in source
+    counts = []
+    for staged in (True, False):
+        run = host_runtime.load(item.path, host="python", record=True)
+        if not staged:
+            run._call_staged = None
+        for inputs, original in zip(samples, item.samples()):
+            assert_matches(run(*inputs), item.reference(*original), f"staged={staged}")
+        counts.append({label: dict(sides) for label, sides in run.decisions.items()})
+    assert counts[0] == counts[1]
+    assert counts[0] and all(set(sides) == {True, False} for sides in counts[0].values()), counts[0]
+
+
+def test_only_small_static_segment_results_are_kept_between_calls(exported, monkeypatch):
+    """A segment's results list is kept between staged calls (holding its last results) only when
+    those results are static tensors of at most 64 KiB together; with none kept the staged Python
+    host still matches PyTorch."""
+    import host_runtime
+    from host_runtime import runner
+    from tests.conftest import assert_matches
+
+    tensor = {"kind": "tensor", "dtype": "float32"}
+    segments = [
+        {"name": "small", "outputs": [{**tensor, "shape": [1, 8]}, {**tensor, "shape": [127, 128]}]},
+        {"name": "large", "outputs": [{**tensor, "shape": [1, 8]}, {**tensor, "shape": [128, 128]}]},
+        {"name": "dynamic", "outputs": [{**tensor, "shape": [None, 8]}]},
+        {"name": "none", "outputs": []},
+    ]
+    assert runner._small_results(segments) == {"small", "none"}
+    item = exported("early_exit")
+    monkeypatch.setattr(runner, "_KEPT_RESULT_BYTES", -1)
+    run = host_runtime.load(item.path, host="python")
+    assert run._call_staged is not None
+    for inputs in item.samples():
+        assert_matches(run(*_as_numpy(inputs)), item.reference(*inputs), "no results list kept")
