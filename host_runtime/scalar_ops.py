@@ -88,6 +88,8 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::len": ScalarOp(len, "len({0})"),
     "aten::append": ScalarOp(_append, "[*{0}, {1}]"),
     "aten::__getitem__": ScalarOp(lambda items, i: items[i], "{0}[{1}]"),
+    # `xs[a:b]` of a host list (`aten::slice.t`), the step always 1 here.
+    "aten::slice": ScalarOp(lambda items, start, end, step: items[start:end:step], "{0}[{1}:{2}:{3}]"),
     "aten::__contains__": ScalarOp(lambda items, x: x in items, "({1} in {0})"),
     "prim::ListConstruct": ScalarOp(lambda *items: list(items), "[{all}]"),
 }

@@ -50,7 +50,7 @@ from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
 from .aliasing import note_inner_lists
 from .schemas import source_of
-from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, TupleList, is_none
+from .values import UNINITIALIZED, RaggedInts, RaggedList, TensorList, TupleEntry, TupleList, is_none
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,8 @@ def unset_like(entry: Any) -> Any:
         return TensorList(Constant(UNINITIALIZED))
     if isinstance(entry, RaggedList):
         return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim)
+    if isinstance(entry, RaggedInts):
+        return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED))
     if isinstance(entry, TupleList):
         return TupleList(tuple(unset_like(field) for field in entry.fields))
     return Constant(UNINITIALIZED)
@@ -224,6 +226,9 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, RaggedList):
             leaves.extend((entry.value, entry.sizes))
             return ("ragged_list", (), entry.dim)
+        if isinstance(entry, RaggedInts):
+            leaves.extend((entry.values, entry.bounds))
+            return ("ragged_ints", (), None)
         if isinstance(entry, TupleList):
             return ("tuple_list", tuple(walk(field) for field in entry.fields), None)
         if isinstance(entry, OptionalEntry):
@@ -252,6 +257,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
             return TensorList(next(iterator))
         if kind == "ragged_list":
             return RaggedList(next(iterator), next(iterator), meta)
+        if kind == "ragged_ints":
+            return RaggedInts(next(iterator), next(iterator))
         if kind in ("optional", "key"):
             present = next(iterator)
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
@@ -271,7 +278,9 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
 
     A leaf is its index; a tuple a JSON list; `{"list": [...]}` a list; `{"unstack": i}` a list of
     run-time length (leaf i holds it stacked on dim 0); `{"ragged": [values, sizes, d]}` one whose
-    tensors differ along dim d (concatenated along it); `{"zip": [subtree, ...]}` a list of tuples
+    tensors differ along dim d (concatenated along it); `{"ragged_ints": [values, bounds]}` a list of
+    lists of ints of run-time length (leaf `values` holds them one after another, split at the ints
+    of leaf `bounds`); `{"zip": [subtree, ...]}` a list of tuples
     of run-time length, one such list per tuple element; `{"optional": [flag, subtree]}`;
     `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
     `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
@@ -290,7 +299,7 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
         kind, items, _ = node
         if kind in ("tensor_list", "optional", "key"):
             next(iterator)
-        if kind == "ragged_list":
+        if kind in ("ragged_list", "ragged_ints"):
             next(iterator), next(iterator)
         for item in items:
             skip(item)
@@ -304,6 +313,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
             return {"unstack": keep(next(iterator))}
         if kind == "ragged_list":  # values split along `dim` by the sizes
             return {"ragged": [keep(next(iterator)), keep(next(iterator)), meta]}
+        if kind == "ragged_ints":  # values split at the bounds
+            return {"ragged_ints": [keep(next(iterator)), keep(next(iterator))]}
         if kind == "optional":
             flag = next(iterator)
             if isinstance(flag, Constant):

@@ -14,6 +14,7 @@ import torch
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
+from .ragged_ints import is_int_list
 from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
 from .structured import RecordEntry, unset_like
@@ -207,6 +208,11 @@ class TensorLists:
             cat = overload_of("aten::cat.default")
             (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
             self.bind(node.output(), TensorList(joined))
+            return
+        if kind == "aten::add" and any(isinstance(e, Value) for e in entries) and all(map(is_int_list, entries)):
+            # `tokens + [token]` with `tokens` a host list of run-time length: one host list.
+            left, right = (self.int_list_value(e, source) for e in entries)
+            self.bind(node.output(), self.emit_list("aten::add.t", (left, right), source, value_name(node.output())))
             return
         if any(isinstance(e, (TensorList, RaggedList)) for e in entries) or not all(
             isinstance(e, (ListArg, Constant)) for e in entries

@@ -17,7 +17,9 @@ list's length; `for p in preds` is TorchScript's `len` and `__getitem__`. Other 
 it (slices, `+`) are refused at their line. An int, float or bool element (the index of the exit
 taken) is a host list of run-time length, as a decoder's `List[int]` of tokens is: the compiled
 host carries a list of ints that is appended to and returned, and reading an item of one takes the
-Python host (the manifest says so). Another element (None, a string) is refused, naming it.
+Python host (the manifest says so). A `List[int]` element (a hypothesis's tokens) is a
+`RaggedInts` (`ragged_ints`). A fixed-length list of tuples indexed by a value known only at run
+time becomes a TupleList at that read. Another element (None, a string) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -28,11 +30,21 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from .ragged_ints import RaggedIntLists, holds_int_lists, is_int_list
 from .schemas import source_of
-from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, is_unset_list, tensor_type_of
+from .values import (
+    RaggedInts,
+    RaggedList,
+    TupleEntry,
+    TupleList,
+    describe_entry,
+    hint_of,
+    is_unset_list,
+    tensor_type_of,
+)
 
 
-class TupleLists:
+class TupleLists(RaggedIntLists):
     """Lists of tuples of run-time length (a mixin of the specializer, before the other list kinds)."""
 
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -52,6 +64,8 @@ class TupleLists:
             kind = _scalar_kind(x) or _scalar_kind(y)
             if kind is not None:  # ints, floats or bools: a host list on each path
                 pairs.append((self.host_list(x, kind, nodes_a, source), self.host_list(y, kind, nodes_b, source)))
+            elif holds_int_lists(x) or holds_int_lists(y):  # a `List[int]` per tuple (a hypothesis's tokens)
+                pairs.append(self.reconcile_ragged_ints(x, y, nodes_a, nodes_b, source))
             else:
                 pairs.append(self.reconcile(x, y, nodes_a, nodes_b, source))
         return TupleList(tuple(x for x, _ in pairs)), TupleList(tuple(y for _, y in pairs))
@@ -96,6 +110,8 @@ class TupleLists:
                 grown.append(value)
             elif isinstance(field, RaggedList):
                 grown.append(self.append_to_ragged(field, element, source))
+            elif isinstance(field, RaggedInts):
+                grown.append(self.append_to_ragged_ints(field, element, source))
             else:
                 grown.append(self.append_to_tensor_list(field, element, source))
         return TupleList(tuple(grown))
@@ -110,6 +126,8 @@ class TupleLists:
                 elements.append(self.emit_host("aten::__getitem__.t", (field, index), field.type.element, source))
             elif isinstance(field, RaggedList):
                 elements.append(self.ragged_item(field, index, source))
+            elif isinstance(field, RaggedInts):
+                elements.append(self.ragged_ints_item(field, index, source))
             else:
                 elements.append(self.tensor_list_item(field, index, source))
         return TupleEntry(tuple(elements))
@@ -122,13 +140,41 @@ class TupleLists:
             return self.emit_host("aten::len.t", (field,), "int", source)
         if isinstance(field, RaggedList):
             return self.ragged_length(field, source)
+        if isinstance(field, RaggedInts):
+            return self.ragged_ints_length(field, source)
         return self.list_length(field, source)
 
+    def tuple_list(self, entry: ListArg, source: str) -> TupleList:
+        """A fixed-length list of tuples as a TupleList (in `self.nodes`), to be indexed at run time:
+        each element's list takes the kind a list of run-time length of such elements has."""
+        width = len(_tuple_items(entry.items[0]))
+        fields = []
+        for index, field in enumerate(_fields(entry, width)):
+            _check_element(field, index, source, "indexed by a value known only at run time")
+            kind = _scalar_kind(field)
+            if kind is not None:
+                fields.append(self.host_list(field, kind, self.nodes, source))
+            elif holds_int_lists(field):
+                fields.append(self.ragged_ints(field, source))
+            elif all(_tuple_items(item) is not None for item in field.items):
+                fields.append(self.tuple_list(field, source))
+            else:
+                dim = self.list_layout([field], source)
+                if dim is None:
+                    fields.append(self.tensor_list(field, None, source))
+                else:
+                    fields.append(self.ragged_list(field, dim, self.ragged_element([field], dim, source), source))
+        return TupleList(tuple(fields))
+
     def visit_getitem(self, node: torch._C.Node) -> None:
-        subject = self.entry(node.inputsAt(0))
+        subject, index = self.entry(node.inputsAt(0)), self.entry(node.inputsAt(1))
+        if _indexed_at_run_time(subject, index):
+            # `hyps[i]` with i known only at run time (an index a sort or top-k chose): the list's
+            # tuples are carried as a TupleList, whose item i is read on the device or host.
+            subject = self.tuple_list(subject, source_of(node))
         if not isinstance(subject, TupleList):
             return super().visit_getitem(node)
-        self.bind(node.output(), self.tuple_list_item(subject, self.entry(node.inputsAt(1)), source_of(node)))
+        self.bind(node.output(), self.tuple_list_item(subject, index, source_of(node)))
         return None
 
     def visit_len(self, node: torch._C.Node) -> None:
@@ -137,6 +183,13 @@ class TupleLists:
             return super().visit_len(node)
         self.bind(node.output(), self.tuple_list_length(subject, source_of(node)))
         return None
+
+
+def _indexed_at_run_time(subject: Any, index: Any) -> bool:
+    """A fixed-length list of tuples (every item a tuple), indexed by a value known only at run time."""
+    if isinstance(index, Constant) or not isinstance(subject, ListArg) or not subject.items:
+        return False
+    return all(_tuple_items(item) is not None for item in subject.items)
 
 
 def _tuple_items(entry: Any) -> tuple | None:
@@ -186,15 +239,20 @@ def _scalar_kind(field: Any) -> str | None:
     return None
 
 
-def _check_element(field: Any, index: int, source: str) -> None:
+def _check_element(field: Any, index: int, source: str, what: str = "whose length depends on the path") -> None:
     """A list of run-time length holds tensors, tuples of them, or scalars: refuse another element,
-    naming it."""
+    naming it (`what` says why the list is one of run-time length)."""
     if not isinstance(field, ListArg):
         return
     for item in field.items:
-        if tensor_type_of(item) is None and _tuple_items(item) is None and _scalar_kind(ListArg((item,))) is None:
+        if (
+            tensor_type_of(item) is None
+            and _tuple_items(item) is None
+            and _scalar_kind(ListArg((item,))) is None
+            and not is_int_list(item)
+        ):
             raise SpecializeError(
-                f"a list of tuples whose length depends on the path holds {describe_entry(item)} as element "
-                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats or "
-                "bools, so keep that element in a list of its own"
+                f"a list of tuples {what} holds {describe_entry(item)} as element "
+                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats, "
+                "bools or lists of ints, so keep that element in a list of its own"
             )
