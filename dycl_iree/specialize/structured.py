@@ -169,7 +169,7 @@ def unset_like(entry: Any) -> Any:
     if isinstance(entry, RaggedInts):
         return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED))
     if isinstance(entry, TupleList):
-        return TupleList(tuple(unset_like(field) for field in entry.fields))
+        return TupleList(tuple(unset_like(field) for field in entry.fields), entry.lists)
     return Constant(UNINITIALIZED)
 
 
@@ -230,7 +230,7 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
             leaves.extend((entry.values, entry.bounds))
             return ("ragged_ints", (), None)
         if isinstance(entry, TupleList):
-            return ("tuple_list", tuple(walk(field) for field in entry.fields), None)
+            return ("tuple_list", tuple(walk(field) for field in entry.fields), entry.lists)
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
@@ -264,7 +264,7 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
         built = tuple(build(i) for i in items)
         if kind == "tuple_list":
-            return TupleList(built)
+            return TupleList(built, meta)
         if kind == "record":
             return RecordEntry(meta[0], meta[1], meta[2], built)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
@@ -281,7 +281,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
     tensors differ along dim d (concatenated along it); `{"ragged_ints": [values, bounds]}` a list of
     lists of ints of run-time length (leaf `values` holds them one after another, split at the ints
     of leaf `bounds`); `{"zip": [subtree, ...]}` a list of tuples
-    of run-time length, one such list per tuple element; `{"optional": [flag, subtree]}`;
+    of run-time length, one such list per tuple element (`{"zip_lists": ...}` where the
+    items are fixed-length lists instead of tuples); `{"optional": [flag, subtree]}`;
     `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
     `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
     """
@@ -338,8 +339,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
                     skip(item[1][0])
             return {"dict": pairs}
         subtrees = [build(i) for i in items]
-        if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple
-            return {"zip": subtrees}
+        if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple (or list)
+            return {"zip_lists" if meta else "zip": subtrees}
         if kind == "list":
             return {"list": subtrees}
         if kind == "record":

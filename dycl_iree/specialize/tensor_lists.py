@@ -317,6 +317,7 @@ class TensorLists:
     def tensor_list_item(self, stacked: TensorList, index: Any, source: str) -> Value:
         """`xs[i]` of a TensorList: a `select` of the stacked tensor, after PyTorch's index check."""
         self.check_list_index(self.list_length(stacked, source), index, source)
+        index = self.index_for_example(self.list_length(stacked, source), index, source)
         if isinstance(index, Constant) and index.value < 0:
             length = self.list_length(stacked, source)
             index = self.emit_host("aten::add.int", (length, index), "int", source)

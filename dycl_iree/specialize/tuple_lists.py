@@ -55,6 +55,13 @@ class TupleLists(RaggedIntLists):
         width = _tuple_list_width(a, b)
         if width is None:
             return super().reconcile(a, b, nodes_a, nodes_b, source)
+        return self.reconcile_rows(a, b, width, False, nodes_a, nodes_b, source)
+
+    def reconcile_rows(
+        self, a: Any, b: Any, width: int, lists: bool, nodes_a: list, nodes_b: list, source: str
+    ) -> tuple[TupleList, TupleList]:
+        """Two paths' lists of tuples (of fixed-length lists, with `lists`), each of `width` elements,
+        as TupleLists."""
         fields_a, fields_b = _fields(a, width), _fields(b, width)
         for index, (x, y) in enumerate(zip(fields_a, fields_b)):
             _check_element(x, index, source)
@@ -66,9 +73,12 @@ class TupleLists(RaggedIntLists):
                 pairs.append((self.host_list(x, kind, nodes_a, source), self.host_list(y, kind, nodes_b, source)))
             elif holds_int_lists(x) or holds_int_lists(y):  # a `List[int]` per tuple (a hypothesis's tokens)
                 pairs.append(self.reconcile_ragged_ints(x, y, nodes_a, nodes_b, source))
+            elif _holds_list_rows(x) or _holds_list_rows(y):  # a `List[List[Tensor]]` state per tuple
+                row_width = _list_row_width([x, y], source)
+                pairs.append(self.reconcile_rows(x, y, row_width, True, nodes_a, nodes_b, source))
             else:
                 pairs.append(self.reconcile(x, y, nodes_a, nodes_b, source))
-        return TupleList(tuple(x for x, _ in pairs)), TupleList(tuple(y for _, y in pairs))
+        return TupleList(tuple(x for x, _ in pairs), lists), TupleList(tuple(y for _, y in pairs), lists)
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
         """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused."""
@@ -95,10 +105,10 @@ class TupleLists(RaggedIntLists):
         return value
 
     def append_to_tuple_list(self, items: TupleList, item: Any, source: str) -> TupleList:
-        elements = _tuple_items(item)
+        elements = _row_items(item)
         if elements is None or len(elements) != len(items.fields):
-            width = len(items.fields)
-            raise SpecializeError(f"appending {describe_entry(item)} to a list of tuples of {width} ({source})")
+            width, noun = len(items.fields), "lists" if items.lists else "tuples"
+            raise SpecializeError(f"appending {describe_entry(item)} to a list of {noun} of {width} ({source})")
         grown = []
         for index, (field, element) in enumerate(zip(items.fields, elements)):
             _check_element(ListArg((element,)), index, source)
@@ -114,10 +124,10 @@ class TupleLists(RaggedIntLists):
                 grown.append(self.append_to_ragged_ints(field, element, source))
             else:
                 grown.append(self.append_to_tensor_list(field, element, source))
-        return TupleList(tuple(grown))
+        return TupleList(tuple(grown), items.lists)
 
-    def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry:
-        """`xs[i]`: the tuple of each element's list's item i."""
+    def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry | ListArg:
+        """`xs[i]`: the tuple (or fixed-length list) of each element's list's item i."""
         elements = []
         for field in items.fields:
             if isinstance(field, TupleList):
@@ -130,7 +140,7 @@ class TupleLists(RaggedIntLists):
                 elements.append(self.ragged_ints_item(field, index, source))
             else:
                 elements.append(self.tensor_list_item(field, index, source))
-        return TupleEntry(tuple(elements))
+        return ListArg(tuple(elements)) if items.lists else TupleEntry(tuple(elements))
 
     def tuple_list_length(self, items: TupleList, source: str) -> Any:
         field = items.fields[0]
@@ -147,7 +157,10 @@ class TupleLists(RaggedIntLists):
     def tuple_list(self, entry: ListArg, source: str) -> TupleList:
         """A fixed-length list of tuples as a TupleList (in `self.nodes`), to be indexed at run time:
         each element's list takes the kind a list of run-time length of such elements has."""
-        width = len(_tuple_items(entry.items[0]))
+        first = entry.items[0]
+        width = len(_row_items(first))
+        if isinstance(first, ListArg):
+            width = _list_row_width([entry], source)
         fields = []
         for index, field in enumerate(_fields(entry, width)):
             _check_element(field, index, source, "indexed by a value known only at run time")
@@ -156,7 +169,7 @@ class TupleLists(RaggedIntLists):
                 fields.append(self.host_list(field, kind, self.nodes, source))
             elif holds_int_lists(field):
                 fields.append(self.ragged_ints(field, source))
-            elif all(_tuple_items(item) is not None for item in field.items):
+            elif all(_row_items(item) is not None for item in field.items):
                 fields.append(self.tuple_list(field, source))
             else:
                 dim = self.list_layout([field], source)
@@ -164,7 +177,7 @@ class TupleLists(RaggedIntLists):
                     fields.append(self.tensor_list(field, None, source))
                 else:
                     fields.append(self.ragged_list(field, dim, self.ragged_element([field], dim, source), source))
-        return TupleList(tuple(fields))
+        return TupleList(tuple(fields), isinstance(first, ListArg))
 
     def visit_getitem(self, node: torch._C.Node) -> None:
         subject, index = self.entry(node.inputsAt(0)), self.entry(node.inputsAt(1))
@@ -218,11 +231,46 @@ def _tuple_list_width(a: Any, b: Any) -> int | None:
     return None
 
 
+def _row_items(entry: Any) -> tuple | None:
+    """The items of a tuple (`_tuple_items`), or of a fixed-length list that is not a `List[int]` (a
+    layer's state in a `List[List[Tensor]]`); None otherwise."""
+    if isinstance(entry, ListArg) and entry.items and not is_int_list(entry):
+        return entry.items
+    return _tuple_items(entry)
+
+
+def _holds_list_rows(entry: Any) -> bool:
+    """A TupleList of fixed-length lists, or a fixed-length list of such lists (of tensors or lists)."""
+    if isinstance(entry, TupleList):
+        return entry.lists
+    return (
+        isinstance(entry, ListArg)
+        and bool(entry.items)
+        and all(isinstance(item, ListArg) and _row_items(item) is not None for item in entry.items)
+    )
+
+
+def _list_row_width(entries: list, source: str) -> int:
+    """The one length of the fixed-length lists that `entries` (lists of them, or TupleLists) hold."""
+    widths = set()
+    for entry in entries:
+        if isinstance(entry, TupleList):
+            widths.add(len(entry.fields))
+        elif isinstance(entry, ListArg):
+            widths.update(len(item.items) for item in entry.items)
+    if len(widths) != 1:
+        raise SpecializeError(
+            f"a list of run-time length holds lists of lengths {sorted(widths)} ({source}): the lists a list "
+            "of run-time length holds must all have one length"
+        )
+    return widths.pop()
+
+
 def _fields(entry: Any, width: int) -> tuple:
-    """A list of tuples as one list per element (a TupleList's own lists)."""
+    """A list of tuples (or of fixed-length lists) as one list per element (a TupleList's own lists)."""
     if isinstance(entry, TupleList):
         return entry.fields
-    rows = [_tuple_items(item) for item in entry.items]
+    rows = [_row_items(item) for item in entry.items]
     return tuple(ListArg(tuple(row[index] for row in rows)) for index in range(width))
 
 
@@ -247,7 +295,7 @@ def _check_element(field: Any, index: int, source: str, what: str = "whose lengt
     for item in field.items:
         if (
             tensor_type_of(item) is None
-            and _tuple_items(item) is None
+            and _row_items(item) is None
             and _scalar_kind(ListArg((item,))) is None
             and not is_int_list(item)
         ):

@@ -78,9 +78,15 @@ class TupleList:
     element is an ordinary list of tensors, so an append is an append to each, `xs[i]` a tuple of
     each list's item, `len` the first list's length, and both hosts hand it back as a Python list
     of tuples. See `tuple_lists`.
+
+    With `lists` set, the items are fixed-length lists instead of tuples: a hypothesis's recurrent
+    state, a `List[List[Tensor]]` of one list per layer, is a list of run-time length (one state per
+    hypothesis) of lists whose lengths the model fixes; each such list is carried as a tuple is, and
+    `xs[i]` is a list.
     """
 
     fields: tuple
+    lists: bool = False
 
 
 @dataclass(frozen=True)
