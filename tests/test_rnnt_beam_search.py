@@ -13,10 +13,12 @@ of a token list, a tensor, a `List[List[Tensor]]` state and a score, kept in lis
 `Dict[str, Hypothesis]` keyed by `str(tokens)`. A list of such tuples read at an index known only at
 run time is now carried as one list per element: the token lists as one host list cut at bounds
 (`tests/test_ragged_ints.py`), the states as lists of run-time length of each layer's tensors, put
-in the order a sort chose (`tests/test_hypothesis_lists.py`). What stops it next: `key in
-key_to_b_hypo`, a dict whose keys (`str(tokens)`) are known only at run time; and past it, where
-the loops are unrolled, `torch.tensor([[token] for token in tokens])` of a list of lists built at
-run time. The test below pins the refusal, so that a change in what stops the export is seen.
+in the order a sort chose (`tests/test_hypothesis_lists.py`); `key_to_b_hypo`, whose keys
+(`str(tokens)`) are known only at run time, is a log of the keys' token lists and the hypotheses set
+(`tests/test_run_time_dicts.py`, the Python host's). What stops it next: `_gen_new_hypos`'s
+`torch.tensor([[token] for token in tokens])`, a list of lists built at run time (its length is the
+number of hypotheses that beat the best finished score). The test below pins that refusal, so that
+a change in what stops the export is seen.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def test_the_beam_search_scripts_and_decodes_like_its_eager_form(beam_search):
     assert [h[3] for h in scripted] == pytest.approx([h[3] for h in eager])
 
 
-def test_its_export_is_refused_at_its_dict_keyed_by_tokens(beam_search):
-    message = r"`key in d` with a key known only at run time \(.*rnnt_decoder.py:\d+, made at .*rnnt_decoder.py:\d+\)"
+def test_its_export_is_refused_at_the_token_rows_it_builds_at_run_time(beam_search):
+    message = (
+        r"a list whose length depends on the path holds something other than tensors "
+        r"\(.*rnnt_decoder.py:\d+\): only lists of tensors, ints, floats or bools"
+    )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2))

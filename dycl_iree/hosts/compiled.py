@@ -199,8 +199,17 @@ def _list_slice(emitter: _Emitter, node: HostOp, result: str) -> str:
     return INT_LIST
 
 
+def _python_host_only(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """Comparing two lists of ints and finding one among others (a dict keyed by `str(tokens)`):
+    not expressed in `main` yet; the reason names the operation."""
+    raise CompiledHostUnsupported(f"host operation {node.target} ({node.source})")
+
+
 # Host ops on lists of ints, emitted as tensor ops in `main`.
 _LIST_OPS = {
+    "aten::eq.int_list": _python_host_only,
+    "aten::ne.int_list": _python_host_only,
+    "dycl::rfind_int_list": _python_host_only,
     "prim::ListConstruct": _list_construct,
     "aten::append.t": _list_append,
     "aten::len.t": _list_length,

@@ -49,6 +49,7 @@ from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
 from .aliasing import note_inner_lists
+from .run_time_dicts import RunTimeDict, RuntimeText
 from .schemas import source_of
 from .values import UNINITIALIZED, RaggedInts, RaggedList, TensorList, TupleEntry, TupleList, is_none
 
@@ -89,13 +90,6 @@ class RecordEntry:
 
     def describe(self) -> str:
         return "a dict" if self.kind == "dict" else f"{self.kind} {self.name}"
-
-
-@dataclass(frozen=True)
-class RuntimeText:
-    """A string made from values known only at run time; `source` is where."""
-
-    source: str
 
 
 # Context managers a `with` in `forward` may use that change nothing the exporter computes.
@@ -170,6 +164,8 @@ def unset_like(entry: Any) -> Any:
         return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED))
     if isinstance(entry, TupleList):
         return TupleList(tuple(unset_like(field) for field in entry.fields), entry.lists)
+    if isinstance(entry, RunTimeDict):
+        return RunTimeDict(unset_like(entry.keys), unset_like(entry.values), entry.source)
     return Constant(UNINITIALIZED)
 
 
@@ -231,6 +227,8 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
             return ("ragged_ints", (), None)
         if isinstance(entry, TupleList):
             return ("tuple_list", tuple(walk(field) for field in entry.fields), entry.lists)
+        if isinstance(entry, RunTimeDict):
+            return ("run_time_dict", (walk(entry.keys), walk(entry.values)), entry.source)
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
@@ -265,6 +263,8 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         built = tuple(build(i) for i in items)
         if kind == "tuple_list":
             return TupleList(built, meta)
+        if kind == "run_time_dict":
+            return RunTimeDict(*built, meta)
         if kind == "record":
             return RecordEntry(meta[0], meta[1], meta[2], built)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
@@ -338,6 +338,11 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
                 else:
                     skip(item[1][0])
             return {"dict": pairs}
+        if kind == "run_time_dict":
+            raise SpecializeError(
+                f"{model} returns a dict keyed by run-time text (set at {meta}): it is carried as a log of its "
+                "sets, which holds a key once per set; return the values it is read for instead"
+            )
         subtrees = [build(i) for i in items]
         if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple (or list)
             return {"zip_lists" if meta else "zip": subtrees}
@@ -401,14 +406,15 @@ class StructuredValues:
         made = f", made at {key.source}" if isinstance(key, RuntimeText) and key.source else ""
         raise SpecializeError(
             f"{construct} with a key known only at run time ({source}{made}): dicts are carried as one "
-            "value per key, so their keys must be known at export (string or int constants). A dict "
-            "keyed by data (a beam's hypotheses keyed by their tokens) would need a run-time map of "
-            "its own (keys as a tensor of token ids and the values stacked by slot); key it by a "
-            "constant, or keep the hypotheses in tensors indexed by slot"
+            "value per key, so their keys must be known at export (string or int constants), or be the "
+            "text of a list of ints (`str(tokens)`, a beam's hypotheses keyed by their tokens: carried "
+            "as a log of its sets); key it one of those ways, or keep the values in tensors indexed by slot"
         )
 
     def visit_set_item(self, node: torch._C.Node) -> None:
         subject, key, item = (self.entry(v) for v in node.inputs())
+        if self.run_time_dict_op(node, [subject, key, item], source_of(node)):
+            return None
         if not isinstance(subject, RecordEntry):
             return self.visit_op(node)
         record = subject.set(self.dict_key(key, "`d[key] = value`", source_of(node)), item)
@@ -444,6 +450,8 @@ class StructuredValues:
         entries = [self.entry(v) for v in node.inputs()]
         subject = entries[0] if entries else None
         kind = node.kind()
+        if entries and self.run_time_dict_op(node, entries, source_of(node)):
+            return
         if not (isinstance(subject, RecordEntry) and subject.kind == "dict"):
             return self.visit_op(node)
         source = source_of(node)

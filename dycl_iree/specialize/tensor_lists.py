@@ -13,7 +13,7 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorOp, TensorType, Value
 from .ragged_ints import is_int_list
 from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
@@ -321,8 +321,11 @@ class TensorLists:
         if isinstance(index, Constant) and index.value < 0:
             length = self.list_length(stacked, source)
             index = self.emit_host("aten::add.int", (length, index), "int", source)
-        select = overload_of("aten::select.int")
-        (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
+        # Typed here, not by a meta run: a list that the example leaves empty (a dict's values before
+        # its first set) has no row a meta `select` could read.
+        type_ = stacked.value.type
+        item = self.new_value(TensorType(type_.dtype, type_.shape[1:], type_.hint[1:]), "item")
+        self.nodes.append(TensorOp("aten::select.int", (stacked.value, Constant(0), index), (), (item,), source))
         return item
 
 

@@ -31,6 +31,7 @@ import torch
 from ..errors import SpecializeError, UnsupportedOpError
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
 from .ragged_ints import RaggedIntLists, holds_int_lists, is_int_list
+from .run_time_dicts import RunTimeDicts
 from .schemas import source_of
 from .values import (
     RaggedInts,
@@ -44,7 +45,7 @@ from .values import (
 )
 
 
-class TupleLists(RaggedIntLists):
+class TupleLists(RunTimeDicts, RaggedIntLists):
     """Lists of tuples of run-time length (a mixin of the specializer, before the other list kinds)."""
 
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -181,6 +182,8 @@ class TupleLists(RaggedIntLists):
 
     def visit_getitem(self, node: torch._C.Node) -> None:
         subject, index = self.entry(node.inputsAt(0)), self.entry(node.inputsAt(1))
+        if self.run_time_dict_op(node, [subject, index], source_of(node)):
+            return None
         if _indexed_at_run_time(subject, index):
             # `hyps[i]` with i known only at run time (an index a sort or top-k chose): the list's
             # tuples are carried as a TupleList, whose item i is read on the device or host.
