@@ -99,6 +99,8 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "prim::ListConstruct": ScalarOp(lambda *items: list(items), "[{all}]"),
     # A dict keyed by the text of int lists (`str(tokens)`) finds a key as the last index of its int
     # list among the keys' int lists, held as values cut at bounds; -1 if absent.
+    # Every int of a list moved by one amount (the bounds of a list of int lists after one is deleted).
+    "dycl::add_to_ints": ScalarOp(lambda items, delta: [item + delta for item in items], "[v + {1} for v in {0}]"),
     "dycl::rfind_int_list": ScalarOp(
         _rfind_int_list, "max([k for k in range(len({1}) - 1) if {0}[{1}[k]:{1}[k + 1]] == {2}], default=-1)"
     ),

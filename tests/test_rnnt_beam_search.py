@@ -15,7 +15,8 @@ run time is now carried as one list per element: the token lists as one host lis
 (`tests/test_ragged_ints.py`), the states as lists of run-time length of each layer's tensors, put
 in the order a sort chose (`tests/test_hypothesis_lists.py`); `key_to_b_hypo`, whose keys
 (`str(tokens)`) are known only at run time, is a log of the keys' token lists and the hypotheses set
-(`tests/test_run_time_dicts.py`, the Python host's). What stops it next: `_gen_new_hypos`'s
+(`tests/test_run_time_dicts.py`, the Python host's); `del hypo_list[i]` deletes from every
+element's list (`tests/test_list_deletion.py`). What stops it next: `_gen_new_hypos`'s
 `torch.tensor([[token] for token in tokens])`, a list of lists built at run time (its length is the
 number of hypotheses that beat the best finished score). The test below pins that refusal, so that
 a change in what stops the export is seen.

@@ -199,6 +199,17 @@ def _list_slice(emitter: _Emitter, node: HostOp, result: str) -> str:
     return INT_LIST
 
 
+def _add_to_ints(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """Every int of a list moved by one amount: a tensor add of the scalar."""
+    items, _ = emitter.operand(node.args[0], INT_LIST)
+    delta, _ = emitter.operand(node.args[1], "!torch.int")
+    one = emitter.constant(1, None)[0]
+    emitter.emit(
+        f"{result} = torch.aten.add.Scalar {items}, {delta}, {one} : {INT_LIST}, !torch.int, !torch.int -> {INT_LIST}"
+    )
+    return INT_LIST
+
+
 def _python_host_only(emitter: _Emitter, node: HostOp, result: str) -> str:
     """Comparing two lists of ints and finding one among others (a dict keyed by `str(tokens)`):
     not expressed in `main` yet; the reason names the operation."""
@@ -210,6 +221,7 @@ _LIST_OPS = {
     "aten::eq.int_list": _python_host_only,
     "aten::ne.int_list": _python_host_only,
     "dycl::rfind_int_list": _python_host_only,
+    "dycl::add_to_ints": _add_to_ints,
     "prim::ListConstruct": _list_construct,
     "aten::append.t": _list_append,
     "aten::len.t": _list_length,

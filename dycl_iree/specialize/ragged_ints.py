@@ -56,13 +56,14 @@ def _is_int(entry: Any) -> bool:
 class RaggedIntLists:
     """Lists of lists of ints of run-time length (a mixin of the specializer)."""
 
-    def emit_list(self, target: str, args: tuple, source: str, name: str = "items") -> Value:
-        """A host op whose result is a list of ints (its hint computed from its arguments' hints)."""
+    def emit_list(self, target: str, args: tuple, source: str, name: str = "items", element: str = "int") -> Value:
+        """A host op whose result is a list of ints (or of `element`), its hint computed from its
+        arguments' hints."""
         try:
             hint = tuple(scalar_ops.lookup(target).function(*(hint_of(arg) for arg in args)))
         except Exception:
             hint = ()
-        value = self.new_value(ListType("int", hint), name)
+        value = self.new_value(ListType(element, hint), name)
         self.nodes.append(HostOp(target, args, (value,), source))
         return value
 

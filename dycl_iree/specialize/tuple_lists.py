@@ -30,6 +30,7 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from .list_deletion import ListDeletion, is_list
 from .ragged_ints import RaggedIntLists, holds_int_lists, is_int_list
 from .run_time_dicts import RunTimeDicts
 from .schemas import source_of
@@ -45,7 +46,7 @@ from .values import (
 )
 
 
-class TupleLists(RunTimeDicts, RaggedIntLists):
+class TupleLists(ListDeletion, RunTimeDicts, RaggedIntLists):
     """Lists of tuples of run-time length (a mixin of the specializer, before the other list kinds)."""
 
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -82,7 +83,11 @@ class TupleLists(RunTimeDicts, RaggedIntLists):
         return TupleList(tuple(x for x, _ in pairs), lists), TupleList(tuple(y for _, y in pairs), lists)
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
-        """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused."""
+        """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused.
+        `del xs[i]` on any list is `list_deletion`'s."""
+        if node.kind() == "aten::Delete" and entries and is_list(entries[0]):
+            self.visit_delete(node, entries, source)
+            return True
         if not any(isinstance(entry, TupleList) for entry in entries):
             return super().refuse_structured(node, entries, source)
         if node.kind() == "aten::append" and isinstance(entries[0], TupleList):
