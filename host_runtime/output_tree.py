@@ -8,8 +8,11 @@ tree says what the model returned:
 * `{"unstack": i}`: a list of tensors of run-time length, leaf i holding them stacked on dim 0;
 * `{"ragged": [i, j, d]}`: a list of tensors of run-time length that differ in size along dim d,
   leaf i holding them concatenated along d and leaf j their sizes along it;
+* `{"ragged_ints": [i, j]}`: a list of lists of ints of run-time length, leaf i holding their ints
+  one list after another and leaf j where each starts (and where the last ends);
 * `{"zip": [subtree, ...]}`: a list of tuples of run-time length, the k-th subtree (a list of
   run-time length, or leaf i holding a list of scalars) holding element k of every tuple;
+  `{"zip_lists": [...]}` the same where the items are fixed-length lists instead of tuples;
 * `{"optional": [i, subtree]}`: an Optional decided at run time, leaf i its flag (the value's
   leaves hold a stand-in where the flag is false; the model's output is then None);
 * `{"dict": [[key, subtree], ...]}`: a dict with keys known at export, in insertion order;
@@ -50,8 +53,14 @@ def build_outputs(tree: Any, leaves: list) -> Any:
             values, sizes, dim = leaves[tree["ragged"][0]], leaves[tree["ragged"][1]], tree["ragged"][2]
             bounds = np.cumsum([0, *(int(size) for size in sizes)])
             return [np.take(values, np.arange(start, end), axis=dim) for start, end in zip(bounds[:-1], bounds[1:])]
+        if "ragged_ints" in tree:
+            values, bounds = (leaves[leaf] for leaf in tree["ragged_ints"])
+            ends = [int(bound) for bound in bounds]
+            return [[int(value) for value in values[start:end]] for start, end in zip(ends[:-1], ends[1:])]
         if "zip" in tree:
             return [tuple(items) for items in zip(*(build_outputs(t, leaves) for t in tree["zip"]))]
+        if "zip_lists" in tree:
+            return [list(items) for items in zip(*(build_outputs(t, leaves) for t in tree["zip_lists"]))]
         if "optional" in tree:
             flag, subtree = tree["optional"]
             return build_outputs(subtree, leaves) if leaves[flag] else None
@@ -85,8 +94,12 @@ def flatten_outputs(tree: Any, outputs: Any) -> list:
             dim = tree["ragged"][2]
             sizes = np.array([np.shape(output)[dim] for output in outputs], dtype=np.int64)
             return [np.concatenate(outputs, axis=dim) if len(outputs) else np.zeros((0,)), sizes]
-        if "zip" in tree:
-            return [leaf for k, t in enumerate(tree["zip"]) for leaf in flatten_outputs(t, [o[k] for o in outputs])]
+        if "ragged_ints" in tree:
+            bounds = np.cumsum([0, *(len(output) for output in outputs)])
+            return [[int(value) for output in outputs for value in output], [int(bound) for bound in bounds]]
+        if "zip" in tree or "zip_lists" in tree:
+            subtrees = tree.get("zip", tree.get("zip_lists"))
+            return [leaf for k, t in enumerate(subtrees) for leaf in flatten_outputs(t, [o[k] for o in outputs])]
         if "optional" in tree:
             _, subtree = tree["optional"]
             value = flatten_outputs(subtree, outputs) if outputs is not None else [None] * _count(subtree)
@@ -135,8 +148,10 @@ def _children(tree: Any) -> list[tuple[str, Any]]:
         return [("has_value", flag), ("", subtree)]
     if "ragged" in tree:
         return [("", tree["ragged"][0]), ("sizes", tree["ragged"][1])]
-    if "zip" in tree:
-        return [("", t) for t in tree["zip"]]
+    if "ragged_ints" in tree:
+        return [("", tree["ragged_ints"][0]), ("bounds", tree["ragged_ints"][1])]
+    if "zip" in tree or "zip_lists" in tree:
+        return [("", t) for t in tree.get("zip", tree.get("zip_lists"))]
     return [("", tree["unstack"])]
 
 
@@ -176,8 +191,13 @@ def describe_tree(tree: Any, labels: list[str]) -> str:
     if "ragged" in tree:
         values, sizes, dim = tree["ragged"]
         return f"split({labels[values]}, {labels[sizes]}, dim={dim})"
+    if "ragged_ints" in tree:
+        values, bounds = tree["ragged_ints"]
+        return f"split({labels[values]}, at={labels[bounds]})"
     if "zip" in tree:
         return "list(zip(" + ", ".join(describe_tree(t, labels) for t in tree["zip"]) + "))"
+    if "zip_lists" in tree:
+        return "list(map(list, zip(" + ", ".join(describe_tree(t, labels) for t in tree["zip_lists"]) + ")))"
     if "optional" in tree:
         flag, subtree = tree["optional"]
         return f"{describe_tree(subtree, labels)} if {labels[flag]} else None"
@@ -215,13 +235,18 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
             raise TreeProblem(f"{where}.ragged must be [values leaf, sizes leaf, dim]")
         check_tree(body[0], leaf_count, f"{where}.ragged[0]")
         check_tree(body[1], leaf_count, f"{where}.ragged[1]")
-    elif kind == "zip":
-        lists = ("unstack", "ragged", "zip")
+    elif kind == "ragged_ints":
+        if not (isinstance(body, list) and len(body) == 2 and all(type(item) is int for item in body)):
+            raise TreeProblem(f"{where}.ragged_ints must be [values leaf, bounds leaf]")
+        check_tree(body[0], leaf_count, f"{where}.ragged_ints[0]")
+        check_tree(body[1], leaf_count, f"{where}.ragged_ints[1]")
+    elif kind in ("zip", "zip_lists"):
+        lists = ("unstack", "ragged", "ragged_ints", "zip", "zip_lists")
         runtime_lists = [type(t) is int or (isinstance(t, dict) and set(t) <= set(lists)) for t in body or [None]]
         if not (isinstance(body, list) and all(runtime_lists)):
-            raise TreeProblem(f"{where}.zip must list the subtrees of lists of run-time length, one per element")
+            raise TreeProblem(f"{where}.{kind} must list the subtrees of lists of run-time length, one per element")
         for index, item in enumerate(body):
-            check_tree(item, leaf_count, f"{where}.zip[{index}]")
+            check_tree(item, leaf_count, f"{where}.{kind}[{index}]")
     elif kind == "optional":
         if not (isinstance(body, list) and len(body) == 2 and type(body[0]) is int):
             raise TreeProblem(f"{where}.optional must be [flag leaf, subtree]")
@@ -242,6 +267,6 @@ def check_tree(tree: Any, leaf_count: int, where: str) -> None:
                 check_tree(entry[2], leaf_count, f"{where}.{kind}[{entry[0]!r}][2]")
     else:
         raise TreeProblem(
-            f"{where} is a dict with key {kind!r}; expected 'list', 'unstack', 'ragged', 'zip', 'optional', 'dict' "
-            "or 'namedtuple'"
+            f"{where} is a dict with key {kind!r}; expected 'list', 'unstack', 'ragged', 'ragged_ints', 'zip', "
+            "'zip_lists', 'optional', 'dict' or 'namedtuple'"
         )

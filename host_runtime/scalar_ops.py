@@ -30,6 +30,11 @@ def _append(items: list, item: Any) -> list:
     return [*items, item]
 
 
+def _rfind_int_list(values: list, bounds: list, key: list) -> int:
+    found = [k for k in range(len(bounds) - 1) if values[bounds[k] : bounds[k + 1]] == key]
+    return found[-1] if found else -1
+
+
 def _to_int(a: Any) -> int:
     return int(a) if math.isfinite(a) else -(2**63)
 
@@ -88,8 +93,17 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::len": ScalarOp(len, "len({0})"),
     "aten::append": ScalarOp(_append, "[*{0}, {1}]"),
     "aten::__getitem__": ScalarOp(lambda items, i: items[i], "{0}[{1}]"),
+    # `xs[a:b]` of a host list (`aten::slice.t`), the step always 1 here.
+    "aten::slice": ScalarOp(lambda items, start, end, step: items[start:end:step], "{0}[{1}:{2}:{3}]"),
     "aten::__contains__": ScalarOp(lambda items, x: x in items, "({1} in {0})"),
     "prim::ListConstruct": ScalarOp(lambda *items: list(items), "[{all}]"),
+    # A dict keyed by the text of int lists (`str(tokens)`) finds a key as the last index of its int
+    # list among the keys' int lists, held as values cut at bounds; -1 if absent.
+    # Every int of a list moved by one amount (the bounds of a list of int lists after one is deleted).
+    "dycl::add_to_ints": ScalarOp(lambda items, delta: [item + delta for item in items], "[v + {1} for v in {0}]"),
+    "dycl::rfind_int_list": ScalarOp(
+        _rfind_int_list, "max([k for k in range(len({1}) - 1) if {0}[{1}[k]:{1}[k + 1]] == {2}], default=-1)"
+    ),
 }
 
 

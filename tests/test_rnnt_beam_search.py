@@ -7,11 +7,19 @@ other. Nothing of the package is edited.
 
 The beam search does not export yet. Emformer's attention mask, a list of per-segment mask lists
 (`masks_to_concat = [rc_mask, query_mask]`) that grow with the run-time length, now exports (a list
-held by another list follows its growth, `tests/test_list_aliasing.py`). What stops it next: each
-hypothesis is a tuple of a token list, a tensor, a `List[List[Tensor]]` state and a score, kept in
-lists that grow, shrink (`del`) and are sorted at run time, and in a `Dict[str, Hypothesis]` keyed by
-`str(tokens)`. The test below pins the first refusal, so that a change in what stops the export is
-seen.
+held by another list follows its growth, `tests/test_list_aliasing.py`). Each hypothesis is a tuple
+of a token list, a tensor, a `List[List[Tensor]]` state and a score, kept in lists that grow, shrink
+(`del`) and are permuted at run time (`[b_hypos[idx] for idx in sorted_idx]`), and in a
+`Dict[str, Hypothesis]` keyed by `str(tokens)`. A list of such tuples read at an index known only at
+run time is now carried as one list per element: the token lists as one host list cut at bounds
+(`tests/test_ragged_ints.py`), the states as lists of run-time length of each layer's tensors, put
+in the order a sort chose (`tests/test_hypothesis_lists.py`); `key_to_b_hypo`, whose keys
+(`str(tokens)`) are known only at run time, is a log of the keys' token lists and the hypotheses set
+(`tests/test_run_time_dicts.py`, the Python host's); `del hypo_list[i]` deletes from every
+element's list (`tests/test_list_deletion.py`). What stops it next: `_gen_new_hypos`'s
+`torch.tensor([[token] for token in tokens])`, a list of lists built at run time (its length is the
+number of hypotheses that beat the best finished score). The test below pins that refusal, so that
+a change in what stops the export is seen.
 """
 
 from __future__ import annotations
@@ -67,10 +75,10 @@ def test_the_beam_search_scripts_and_decodes_like_its_eager_form(beam_search):
     assert [h[3] for h in scripted] == pytest.approx([h[3] for h in eager])
 
 
-def test_its_export_is_refused_at_its_run_time_list_of_hypotheses(beam_search):
+def test_its_export_is_refused_at_the_token_rows_it_builds_at_run_time(beam_search):
     message = (
-        r"a run-time value of type Tuple\[List\[int\], Tensor, List\[List\[Tensor\]\], float\] on the host "
-        r"is not supported \(.*rnnt_decoder.py:\d+\)"
+        r"a list whose length depends on the path holds something other than tensors "
+        r"\(.*rnnt_decoder.py:\d+\): only lists of tensors, ints, floats or bools"
     )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2))

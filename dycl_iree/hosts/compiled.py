@@ -149,12 +149,86 @@ def _scalar_to_tensor(emitter: _Emitter, data: Value, dtype: str, want: str, res
     raise CompiledHostUnsupported(f"torch.tensor of a host {data.type.kind} as {dtype}")
 
 
+def _list_join(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """`xs + ys` of two lists of ints: one concatenation."""
+    mlir_type(node.outputs[0].type)
+    parts = [emitter.operand(arg, INT_LIST)[0] for arg in node.args]
+    emitter.concatenate(parts, [INT_LIST, INT_LIST], result)
+    return INT_LIST
+
+
+def _list_item(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """`xs[i]` of a list of ints, after Python's check (-len <= i < len: a `select` past either end
+    would read outside the buffer). The list twice over, selected at i + len, is xs[i] for either
+    sign of i, with no branch."""
+    if not (isinstance(node.outputs[0].type, ScalarType) and node.outputs[0].type.kind == "int"):
+        raise CompiledHostUnsupported(f"an item of a list of {node.outputs[0].type} ({node.source})")
+    items, _ = emitter.operand(node.args[0], INT_LIST)
+    index, _ = emitter.operand(node.args[1], "!torch.int")
+    zero, minus_one = emitter.constant(0, None)[0], emitter.constant(-1, None)[0]
+    length, low, above, below, inside, shifted, twice, item = (emitter.fresh() for _ in range(8))
+    emitter.emit(f"{length} = torch.aten.size.int {items}, {zero} : {INT_LIST}, !torch.int -> !torch.int")
+    emitter.emit(f"{low} = torch.aten.mul.int {length}, {minus_one} : !torch.int, !torch.int -> !torch.int")
+    emitter.emit(f"{above} = torch.aten.ge.int {index}, {low} : !torch.int, !torch.int -> !torch.bool")
+    emitter.emit(f"{below} = torch.aten.lt.int {index}, {length} : !torch.int, !torch.int -> !torch.bool")
+    emitter.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
+    message = emitter.message_text("IndexError: list index out of range", node.source)
+    emitter.emit(f'torch.runtime.assert {inside}, "{message}"')
+    emitter.emit(f"{shifted} = torch.aten.add.int {index}, {length} : !torch.int, !torch.int -> !torch.int")
+    emitter.concatenate([items, items], [INT_LIST, INT_LIST], twice)
+    emitter.emit(
+        f"{item} = torch.aten.select.int {twice}, {zero}, {shifted} : "
+        f"{INT_LIST}, !torch.int, !torch.int -> !torch.vtensor<[],si64>"
+    )
+    emitter.emit(f"{result} = torch.aten.Int.Tensor {item} : !torch.vtensor<[],si64> -> !torch.int")
+    return "!torch.int"
+
+
+def _list_slice(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """`xs[a:b]` of a list of ints (step 1): a tensor slice, which clamps and wraps as Python's does."""
+    items_arg, start_arg, end_arg, step = node.args
+    if not (isinstance(step, Constant) and step.value == 1):
+        raise CompiledHostUnsupported(f"a slice of a list with a step other than 1 ({node.source})")
+    items, _ = emitter.operand(items_arg, INT_LIST)
+    start, end = (emitter.operand(arg, "!torch.int")[0] for arg in (start_arg, end_arg))
+    zero, one = emitter.constant(0, None)[0], emitter.constant(1, None)[0]
+    emitter.emit(
+        f"{result} = torch.aten.slice.Tensor {items}, {zero}, {start}, {end}, {one} : "
+        f"{INT_LIST}, !torch.int, !torch.int, !torch.int, !torch.int -> {INT_LIST}"
+    )
+    return INT_LIST
+
+
+def _add_to_ints(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """Every int of a list moved by one amount: a tensor add of the scalar."""
+    items, _ = emitter.operand(node.args[0], INT_LIST)
+    delta, _ = emitter.operand(node.args[1], "!torch.int")
+    one = emitter.constant(1, None)[0]
+    emitter.emit(
+        f"{result} = torch.aten.add.Scalar {items}, {delta}, {one} : {INT_LIST}, !torch.int, !torch.int -> {INT_LIST}"
+    )
+    return INT_LIST
+
+
+def _python_host_only(emitter: _Emitter, node: HostOp, result: str) -> str:
+    """Comparing two lists of ints and finding one among others (a dict keyed by `str(tokens)`):
+    not expressed in `main` yet; the reason names the operation."""
+    raise CompiledHostUnsupported(f"host operation {node.target} ({node.source})")
+
+
 # Host ops on lists of ints, emitted as tensor ops in `main`.
 _LIST_OPS = {
+    "aten::eq.int_list": _python_host_only,
+    "aten::ne.int_list": _python_host_only,
+    "dycl::rfind_int_list": _python_host_only,
+    "dycl::add_to_ints": _add_to_ints,
     "prim::ListConstruct": _list_construct,
     "aten::append.t": _list_append,
     "aten::len.t": _list_length,
     "aten::tensor": _list_to_tensor,
+    "aten::add.t": _list_join,
+    "aten::__getitem__.t": _list_item,
+    "aten::slice.t": _list_slice,
 }
 
 

@@ -44,6 +44,7 @@ from .structured import (
 from .values import (
     INT64_MAX,
     UNINITIALIZED,
+    RaggedInts,
     RaggedList,
     TensorList,
     TupleEntry,
@@ -253,7 +254,9 @@ class ControlFlow:
             return
         label = f"loop{next(self.labels)}"
         mutated = mutated_outer([body])
-        initial = list(carried) + [self.entry(m) for m in mutated]
+        # A list of tuples TorchScript folded into constants (`hyps = [([blank], 0.0)]`) is carried
+        # item by item, as the body's tuples of run-time values are.
+        initial = self.constant_tuples_apart(list(carried) + [self.entry(m) for m in mutated], self.nodes, source)
         initial_leaves, structure = flatten_entries(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
         types = [_carried_type(leaf, source) for leaf in initial_leaves]
@@ -351,7 +354,7 @@ UNROLL_LIMIT = 64
 def _holds_constant_tuple(entry: Any) -> bool:
     if isinstance(entry, Constant):
         return isinstance(entry.value, tuple)
-    return isinstance(entry, TupleEntry) and any(_holds_constant_tuple(item) for item in entry.items)
+    return isinstance(entry, (TupleEntry, ListArg)) and any(_holds_constant_tuple(item) for item in entry.items)
 
 
 def _uninitialized_like(a: Any, b: Any) -> tuple[Any, Any]:
@@ -380,7 +383,7 @@ def _unset_list_like(a: Any, b: Any) -> tuple[Any, Any]:
     if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
         pairs = [_unset_list_like(x, y) for x, y in zip(a.items, b.items)]
         return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
-    lists = (ListArg, TensorList, RaggedList, TupleList)
+    lists = (ListArg, TensorList, RaggedList, TupleList, RaggedInts)
     if _wholly_unset(a) and isinstance(b, lists) and not _wholly_unset(b):
         return unset_like(b), b
     if _wholly_unset(b) and isinstance(a, lists) and not _wholly_unset(a):
@@ -391,7 +394,8 @@ def _unset_list_like(a: Any, b: Any) -> tuple[Any, Any]:
 def _unset_list(entry: Any) -> bool:
     """An unset list, or a tuple of unset values (what a `return` inside a loop leaves unset): it has
     nothing to reconcile with the other side, whose structure it takes (`_unset_list_like`)."""
-    return isinstance(entry, (ListArg, TensorList, RaggedList, TupleList, TupleEntry)) and _wholly_unset(entry)
+    lists = (ListArg, TensorList, RaggedList, TupleList, RaggedInts, TupleEntry)
+    return isinstance(entry, lists) and _wholly_unset(entry)
 
 
 def _wholly_unset(entry: Any) -> bool:
@@ -402,6 +406,8 @@ def _wholly_unset(entry: Any) -> bool:
         return _unset(entry.value)
     if isinstance(entry, RaggedList):
         return _unset(entry.value)
+    if isinstance(entry, RaggedInts):
+        return _unset(entry.values)
     if isinstance(entry, TupleList):
         return all(_wholly_unset(field) for field in entry.fields)
     return _unset(entry)

@@ -14,8 +14,10 @@ from host_runtime import scalar_ops
 
 from ..errors import UnsupportedOpError
 from ..program import Arg, Constant, HostOp, ListArg, ScalarType, TensorType, Value
+from .ragged_ints import is_int_list
+from .run_time_dicts import RuntimeText
 from .schemas import call_overload, source_of, torch_dtype
-from .structured import RecordEntry, RuntimeText
+from .structured import RecordEntry
 from .values import (
     RaggedList,
     TensorList,
@@ -192,7 +194,9 @@ class HostScalars:
         if all(isinstance(e, Constant) for e in entries) or kind in ("aten::format", "aten::str"):
             if kind == "aten::str" and not all(isinstance(e, Constant) for e in entries):
                 # `str(tokens)`: a string the Program cannot carry; refused where it is used.
-                self.bind(node.output(), RuntimeText(source))
+                # The text of one list of ints can key a dict (`run_time_dicts`).
+                ints = entries[0] if len(entries) == 1 and is_int_list(entries[0]) else None
+                self.bind(node.output(), RuntimeText(source, ints))
                 return
             if not all(isinstance(e, Constant) for e in entries):
                 # Only error messages are formatted from run-time values (or from tuples, as

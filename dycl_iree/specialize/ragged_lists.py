@@ -233,6 +233,19 @@ class RaggedLists:
         message = Constant(f"RuntimeError: list index out of range ({source})")
         self.nodes.append(HostOp(CHECK_INDEX, (index, low, length, message), (), source))
 
+    def index_for_example(self, length: Any, index: Any, source: str) -> Any:
+        """`index` (checked against `length`), or where its example value lies outside the example
+        list, the same index modulo the length, whose example value lies inside: result types come
+        from meta runs at the example values, and an index read back from a tensor (one a sort
+        chose: `[hyps[idx] for idx in sorted_idx]`) has a default example value that the example
+        list may not have ("select(): index 1 out of range for tensor of size [1, ...]")."""
+        if not isinstance(index, Value):
+            return index
+        count, example = hint_of(length), index.type.hint
+        if isinstance(count, int) and isinstance(example, int) and -count <= example < count:
+            return index
+        return self.emit_host("aten::remainder.int", (index, length), "int", source)
+
     def ragged_length(self, items: RaggedList, source: str) -> Any:
         return self.size_of(items.sizes, 0, source)
 
@@ -262,7 +275,9 @@ class RaggedLists:
 
     def ragged_item(self, items: RaggedList, index: Any, source: str) -> Value:
         """`xs[i]`: the values from the sum of the sizes before i, as many as the i-th size."""
-        self.check_list_index(self.ragged_length(items, source), index, source)
+        length = self.ragged_length(items, source)
+        self.check_list_index(length, index, source)
+        index = self.index_for_example(length, index, source)
         slice_, select = overload_of("aten::slice.Tensor"), overload_of("aten::select.int")
         (before,) = self.emit_tensor_op(
             slice_, [items.sizes, Constant(0), Constant(None), index, Constant(1)], [], source

@@ -49,8 +49,9 @@ from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg
 from .aliasing import note_inner_lists
+from .run_time_dicts import RunTimeDict, RuntimeText
 from .schemas import source_of
-from .values import UNINITIALIZED, RaggedList, TensorList, TupleEntry, TupleList, is_none
+from .values import UNINITIALIZED, RaggedInts, RaggedList, TensorList, TupleEntry, TupleList, is_none
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,6 @@ class RecordEntry:
 
     def describe(self) -> str:
         return "a dict" if self.kind == "dict" else f"{self.kind} {self.name}"
-
-
-@dataclass(frozen=True)
-class RuntimeText:
-    """A string made from values known only at run time; `source` is where."""
-
-    source: str
 
 
 # Context managers a `with` in `forward` may use that change nothing the exporter computes.
@@ -166,8 +160,12 @@ def unset_like(entry: Any) -> Any:
         return TensorList(Constant(UNINITIALIZED))
     if isinstance(entry, RaggedList):
         return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim)
+    if isinstance(entry, RaggedInts):
+        return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED))
     if isinstance(entry, TupleList):
-        return TupleList(tuple(unset_like(field) for field in entry.fields))
+        return TupleList(tuple(unset_like(field) for field in entry.fields), entry.lists)
+    if isinstance(entry, RunTimeDict):
+        return RunTimeDict(unset_like(entry.keys), unset_like(entry.values), entry.source)
     return Constant(UNINITIALIZED)
 
 
@@ -224,8 +222,13 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
         if isinstance(entry, RaggedList):
             leaves.extend((entry.value, entry.sizes))
             return ("ragged_list", (), entry.dim)
+        if isinstance(entry, RaggedInts):
+            leaves.extend((entry.values, entry.bounds))
+            return ("ragged_ints", (), None)
         if isinstance(entry, TupleList):
-            return ("tuple_list", tuple(walk(field) for field in entry.fields), None)
+            return ("tuple_list", tuple(walk(field) for field in entry.fields), entry.lists)
+        if isinstance(entry, RunTimeDict):
+            return ("run_time_dict", (walk(entry.keys), walk(entry.values)), entry.source)
         if isinstance(entry, OptionalEntry):
             leaves.append(entry.present)
             return ("optional", (walk(entry.value),), None)
@@ -252,12 +255,16 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
             return TensorList(next(iterator))
         if kind == "ragged_list":
             return RaggedList(next(iterator), next(iterator), meta)
+        if kind == "ragged_ints":
+            return RaggedInts(next(iterator), next(iterator))
         if kind in ("optional", "key"):
             present = next(iterator)
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))
         built = tuple(build(i) for i in items)
         if kind == "tuple_list":
-            return TupleList(built)
+            return TupleList(built, meta)
+        if kind == "run_time_dict":
+            return RunTimeDict(*built, meta)
         if kind == "record":
             return RecordEntry(meta[0], meta[1], meta[2], built)
         return TupleEntry(built) if kind == "tuple" else ListArg(built)
@@ -271,8 +278,11 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
 
     A leaf is its index; a tuple a JSON list; `{"list": [...]}` a list; `{"unstack": i}` a list of
     run-time length (leaf i holds it stacked on dim 0); `{"ragged": [values, sizes, d]}` one whose
-    tensors differ along dim d (concatenated along it); `{"zip": [subtree, ...]}` a list of tuples
-    of run-time length, one such list per tuple element; `{"optional": [flag, subtree]}`;
+    tensors differ along dim d (concatenated along it); `{"ragged_ints": [values, bounds]}` a list of
+    lists of ints of run-time length (leaf `values` holds them one after another, split at the ints
+    of leaf `bounds`); `{"zip": [subtree, ...]}` a list of tuples
+    of run-time length, one such list per tuple element (`{"zip_lists": ...}` where the
+    items are fixed-length lists instead of tuples); `{"optional": [flag, subtree]}`;
     `{"dict": [[key, subtree], ...]}` (`[key, subtree, flag]` for a key the dict holds where leaf
     `flag` is true); `{"namedtuple": [name, [[field, subtree], ...]]}`; null for None.
     """
@@ -290,7 +300,7 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
         kind, items, _ = node
         if kind in ("tensor_list", "optional", "key"):
             next(iterator)
-        if kind == "ragged_list":
+        if kind in ("ragged_list", "ragged_ints"):
             next(iterator), next(iterator)
         for item in items:
             skip(item)
@@ -304,6 +314,8 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
             return {"unstack": keep(next(iterator))}
         if kind == "ragged_list":  # values split along `dim` by the sizes
             return {"ragged": [keep(next(iterator)), keep(next(iterator)), meta]}
+        if kind == "ragged_ints":  # values split at the bounds
+            return {"ragged_ints": [keep(next(iterator)), keep(next(iterator))]}
         if kind == "optional":
             flag = next(iterator)
             if isinstance(flag, Constant):
@@ -326,9 +338,14 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
                 else:
                     skip(item[1][0])
             return {"dict": pairs}
+        if kind == "run_time_dict":
+            raise SpecializeError(
+                f"{model} returns a dict keyed by run-time text (set at {meta}): it is carried as a log of its "
+                "sets, which holds a key once per set; return the values it is read for instead"
+            )
         subtrees = [build(i) for i in items]
-        if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple
-            return {"zip": subtrees}
+        if kind == "tuple_list":  # the k-th list holds the k-th element of every tuple (or list)
+            return {"zip_lists" if meta else "zip": subtrees}
         if kind == "list":
             return {"list": subtrees}
         if kind == "record":
@@ -389,14 +406,15 @@ class StructuredValues:
         made = f", made at {key.source}" if isinstance(key, RuntimeText) and key.source else ""
         raise SpecializeError(
             f"{construct} with a key known only at run time ({source}{made}): dicts are carried as one "
-            "value per key, so their keys must be known at export (string or int constants). A dict "
-            "keyed by data (a beam's hypotheses keyed by their tokens) would need a run-time map of "
-            "its own (keys as a tensor of token ids and the values stacked by slot); key it by a "
-            "constant, or keep the hypotheses in tensors indexed by slot"
+            "value per key, so their keys must be known at export (string or int constants), or be the "
+            "text of a list of ints (`str(tokens)`, a beam's hypotheses keyed by their tokens: carried "
+            "as a log of its sets); key it one of those ways, or keep the values in tensors indexed by slot"
         )
 
     def visit_set_item(self, node: torch._C.Node) -> None:
         subject, key, item = (self.entry(v) for v in node.inputs())
+        if self.run_time_dict_op(node, [subject, key, item], source_of(node)):
+            return None
         if not isinstance(subject, RecordEntry):
             return self.visit_op(node)
         record = subject.set(self.dict_key(key, "`d[key] = value`", source_of(node)), item)
@@ -432,6 +450,8 @@ class StructuredValues:
         entries = [self.entry(v) for v in node.inputs()]
         subject = entries[0] if entries else None
         kind = node.kind()
+        if entries and self.run_time_dict_op(node, entries, source_of(node)):
+            return
         if not (isinstance(subject, RecordEntry) and subject.kind == "dict"):
             return self.visit_op(node)
         source = source_of(node)

@@ -13,7 +13,8 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorOp, TensorType, Value
+from .ragged_ints import is_int_list
 from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
 from .structured import RecordEntry, unset_like
@@ -208,6 +209,11 @@ class TensorLists:
             (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(0)], [], source)
             self.bind(node.output(), TensorList(joined))
             return
+        if kind == "aten::add" and any(isinstance(e, Value) for e in entries) and all(map(is_int_list, entries)):
+            # `tokens + [token]` with `tokens` a host list of run-time length: one host list.
+            left, right = (self.int_list_value(e, source) for e in entries)
+            self.bind(node.output(), self.emit_list("aten::add.t", (left, right), source, value_name(node.output())))
+            return
         if any(isinstance(e, (TensorList, RaggedList)) for e in entries) or not all(
             isinstance(e, (ListArg, Constant)) for e in entries
         ):
@@ -311,11 +317,15 @@ class TensorLists:
     def tensor_list_item(self, stacked: TensorList, index: Any, source: str) -> Value:
         """`xs[i]` of a TensorList: a `select` of the stacked tensor, after PyTorch's index check."""
         self.check_list_index(self.list_length(stacked, source), index, source)
+        index = self.index_for_example(self.list_length(stacked, source), index, source)
         if isinstance(index, Constant) and index.value < 0:
             length = self.list_length(stacked, source)
             index = self.emit_host("aten::add.int", (length, index), "int", source)
-        select = overload_of("aten::select.int")
-        (item,) = self.emit_tensor_op(select, [stacked.value, Constant(0), index], [], source, name="item")
+        # Typed here, not by a meta run: a list that the example leaves empty (a dict's values before
+        # its first set) has no row a meta `select` could read.
+        type_ = stacked.value.type
+        item = self.new_value(TensorType(type_.dtype, type_.shape[1:], type_.hint[1:]), "item")
+        self.nodes.append(TensorOp("aten::select.int", (stacked.value, Constant(0), index), (), (item,), source))
         return item
 
 

@@ -17,7 +17,9 @@ list's length; `for p in preds` is TorchScript's `len` and `__getitem__`. Other 
 it (slices, `+`) are refused at their line. An int, float or bool element (the index of the exit
 taken) is a host list of run-time length, as a decoder's `List[int]` of tokens is: the compiled
 host carries a list of ints that is appended to and returned, and reading an item of one takes the
-Python host (the manifest says so). Another element (None, a string) is refused, naming it.
+Python host (the manifest says so). A `List[int]` element (a hypothesis's tokens) is a
+`RaggedInts` (`ragged_ints`). A fixed-length list of tuples indexed by a value known only at run
+time becomes a TupleList at that read. Another element (None, a string) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -28,11 +30,23 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from .list_deletion import ListDeletion, is_list
+from .ragged_ints import RaggedIntLists, holds_int_lists, is_int_list
+from .run_time_dicts import RunTimeDicts
 from .schemas import source_of
-from .values import RaggedList, TupleEntry, TupleList, describe_entry, hint_of, is_unset_list, tensor_type_of
+from .values import (
+    RaggedInts,
+    RaggedList,
+    TupleEntry,
+    TupleList,
+    describe_entry,
+    hint_of,
+    is_unset_list,
+    tensor_type_of,
+)
 
 
-class TupleLists:
+class TupleLists(ListDeletion, RunTimeDicts, RaggedIntLists):
     """Lists of tuples of run-time length (a mixin of the specializer, before the other list kinds)."""
 
     def reconcile(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
@@ -43,6 +57,13 @@ class TupleLists:
         width = _tuple_list_width(a, b)
         if width is None:
             return super().reconcile(a, b, nodes_a, nodes_b, source)
+        return self.reconcile_rows(a, b, width, False, nodes_a, nodes_b, source)
+
+    def reconcile_rows(
+        self, a: Any, b: Any, width: int, lists: bool, nodes_a: list, nodes_b: list, source: str
+    ) -> tuple[TupleList, TupleList]:
+        """Two paths' lists of tuples (of fixed-length lists, with `lists`), each of `width` elements,
+        as TupleLists."""
         fields_a, fields_b = _fields(a, width), _fields(b, width)
         for index, (x, y) in enumerate(zip(fields_a, fields_b)):
             _check_element(x, index, source)
@@ -52,12 +73,21 @@ class TupleLists:
             kind = _scalar_kind(x) or _scalar_kind(y)
             if kind is not None:  # ints, floats or bools: a host list on each path
                 pairs.append((self.host_list(x, kind, nodes_a, source), self.host_list(y, kind, nodes_b, source)))
+            elif holds_int_lists(x) or holds_int_lists(y):  # a `List[int]` per tuple (a hypothesis's tokens)
+                pairs.append(self.reconcile_ragged_ints(x, y, nodes_a, nodes_b, source))
+            elif _holds_list_rows(x) or _holds_list_rows(y):  # a `List[List[Tensor]]` state per tuple
+                row_width = _list_row_width([x, y], source)
+                pairs.append(self.reconcile_rows(x, y, row_width, True, nodes_a, nodes_b, source))
             else:
                 pairs.append(self.reconcile(x, y, nodes_a, nodes_b, source))
-        return TupleList(tuple(x for x, _ in pairs)), TupleList(tuple(y for _, y in pairs))
+        return TupleList(tuple(x for x, _ in pairs), lists), TupleList(tuple(y for _, y in pairs), lists)
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
-        """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused."""
+        """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused.
+        `del xs[i]` on any list is `list_deletion`'s."""
+        if node.kind() == "aten::Delete" and entries and is_list(entries[0]):
+            self.visit_delete(node, entries, source)
+            return True
         if not any(isinstance(entry, TupleList) for entry in entries):
             return super().refuse_structured(node, entries, source)
         if node.kind() == "aten::append" and isinstance(entries[0], TupleList):
@@ -81,10 +111,10 @@ class TupleLists:
         return value
 
     def append_to_tuple_list(self, items: TupleList, item: Any, source: str) -> TupleList:
-        elements = _tuple_items(item)
+        elements = _row_items(item)
         if elements is None or len(elements) != len(items.fields):
-            width = len(items.fields)
-            raise SpecializeError(f"appending {describe_entry(item)} to a list of tuples of {width} ({source})")
+            width, noun = len(items.fields), "lists" if items.lists else "tuples"
+            raise SpecializeError(f"appending {describe_entry(item)} to a list of {noun} of {width} ({source})")
         grown = []
         for index, (field, element) in enumerate(zip(items.fields, elements)):
             _check_element(ListArg((element,)), index, source)
@@ -96,12 +126,14 @@ class TupleLists:
                 grown.append(value)
             elif isinstance(field, RaggedList):
                 grown.append(self.append_to_ragged(field, element, source))
+            elif isinstance(field, RaggedInts):
+                grown.append(self.append_to_ragged_ints(field, element, source))
             else:
                 grown.append(self.append_to_tensor_list(field, element, source))
-        return TupleList(tuple(grown))
+        return TupleList(tuple(grown), items.lists)
 
-    def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry:
-        """`xs[i]`: the tuple of each element's list's item i."""
+    def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry | ListArg:
+        """`xs[i]`: the tuple (or fixed-length list) of each element's list's item i."""
         elements = []
         for field in items.fields:
             if isinstance(field, TupleList):
@@ -110,9 +142,11 @@ class TupleLists:
                 elements.append(self.emit_host("aten::__getitem__.t", (field, index), field.type.element, source))
             elif isinstance(field, RaggedList):
                 elements.append(self.ragged_item(field, index, source))
+            elif isinstance(field, RaggedInts):
+                elements.append(self.ragged_ints_item(field, index, source))
             else:
                 elements.append(self.tensor_list_item(field, index, source))
-        return TupleEntry(tuple(elements))
+        return ListArg(tuple(elements)) if items.lists else TupleEntry(tuple(elements))
 
     def tuple_list_length(self, items: TupleList, source: str) -> Any:
         field = items.fields[0]
@@ -122,13 +156,46 @@ class TupleLists:
             return self.emit_host("aten::len.t", (field,), "int", source)
         if isinstance(field, RaggedList):
             return self.ragged_length(field, source)
+        if isinstance(field, RaggedInts):
+            return self.ragged_ints_length(field, source)
         return self.list_length(field, source)
 
+    def tuple_list(self, entry: ListArg, source: str) -> TupleList:
+        """A fixed-length list of tuples as a TupleList (in `self.nodes`), to be indexed at run time:
+        each element's list takes the kind a list of run-time length of such elements has."""
+        first = entry.items[0]
+        width = len(_row_items(first))
+        if isinstance(first, ListArg):
+            width = _list_row_width([entry], source)
+        fields = []
+        for index, field in enumerate(_fields(entry, width)):
+            _check_element(field, index, source, "indexed by a value known only at run time")
+            kind = _scalar_kind(field)
+            if kind is not None:
+                fields.append(self.host_list(field, kind, self.nodes, source))
+            elif holds_int_lists(field):
+                fields.append(self.ragged_ints(field, source))
+            elif all(_row_items(item) is not None for item in field.items):
+                fields.append(self.tuple_list(field, source))
+            else:
+                dim = self.list_layout([field], source)
+                if dim is None:
+                    fields.append(self.tensor_list(field, None, source))
+                else:
+                    fields.append(self.ragged_list(field, dim, self.ragged_element([field], dim, source), source))
+        return TupleList(tuple(fields), isinstance(first, ListArg))
+
     def visit_getitem(self, node: torch._C.Node) -> None:
-        subject = self.entry(node.inputsAt(0))
+        subject, index = self.entry(node.inputsAt(0)), self.entry(node.inputsAt(1))
+        if self.run_time_dict_op(node, [subject, index], source_of(node)):
+            return None
+        if _indexed_at_run_time(subject, index):
+            # `hyps[i]` with i known only at run time (an index a sort or top-k chose): the list's
+            # tuples are carried as a TupleList, whose item i is read on the device or host.
+            subject = self.tuple_list(subject, source_of(node))
         if not isinstance(subject, TupleList):
             return super().visit_getitem(node)
-        self.bind(node.output(), self.tuple_list_item(subject, self.entry(node.inputsAt(1)), source_of(node)))
+        self.bind(node.output(), self.tuple_list_item(subject, index, source_of(node)))
         return None
 
     def visit_len(self, node: torch._C.Node) -> None:
@@ -137,6 +204,13 @@ class TupleLists:
             return super().visit_len(node)
         self.bind(node.output(), self.tuple_list_length(subject, source_of(node)))
         return None
+
+
+def _indexed_at_run_time(subject: Any, index: Any) -> bool:
+    """A fixed-length list of tuples (every item a tuple), indexed by a value known only at run time."""
+    if isinstance(index, Constant) or not isinstance(subject, ListArg) or not subject.items:
+        return False
+    return all(_tuple_items(item) is not None for item in subject.items)
 
 
 def _tuple_items(entry: Any) -> tuple | None:
@@ -165,11 +239,46 @@ def _tuple_list_width(a: Any, b: Any) -> int | None:
     return None
 
 
+def _row_items(entry: Any) -> tuple | None:
+    """The items of a tuple (`_tuple_items`), or of a fixed-length list that is not a `List[int]` (a
+    layer's state in a `List[List[Tensor]]`); None otherwise."""
+    if isinstance(entry, ListArg) and entry.items and not is_int_list(entry):
+        return entry.items
+    return _tuple_items(entry)
+
+
+def _holds_list_rows(entry: Any) -> bool:
+    """A TupleList of fixed-length lists, or a fixed-length list of such lists (of tensors or lists)."""
+    if isinstance(entry, TupleList):
+        return entry.lists
+    return (
+        isinstance(entry, ListArg)
+        and bool(entry.items)
+        and all(isinstance(item, ListArg) and _row_items(item) is not None for item in entry.items)
+    )
+
+
+def _list_row_width(entries: list, source: str) -> int:
+    """The one length of the fixed-length lists that `entries` (lists of them, or TupleLists) hold."""
+    widths = set()
+    for entry in entries:
+        if isinstance(entry, TupleList):
+            widths.add(len(entry.fields))
+        elif isinstance(entry, ListArg):
+            widths.update(len(item.items) for item in entry.items)
+    if len(widths) != 1:
+        raise SpecializeError(
+            f"a list of run-time length holds lists of lengths {sorted(widths)} ({source}): the lists a list "
+            "of run-time length holds must all have one length"
+        )
+    return widths.pop()
+
+
 def _fields(entry: Any, width: int) -> tuple:
-    """A list of tuples as one list per element (a TupleList's own lists)."""
+    """A list of tuples (or of fixed-length lists) as one list per element (a TupleList's own lists)."""
     if isinstance(entry, TupleList):
         return entry.fields
-    rows = [_tuple_items(item) for item in entry.items]
+    rows = [_row_items(item) for item in entry.items]
     return tuple(ListArg(tuple(row[index] for row in rows)) for index in range(width))
 
 
@@ -186,15 +295,20 @@ def _scalar_kind(field: Any) -> str | None:
     return None
 
 
-def _check_element(field: Any, index: int, source: str) -> None:
+def _check_element(field: Any, index: int, source: str, what: str = "whose length depends on the path") -> None:
     """A list of run-time length holds tensors, tuples of them, or scalars: refuse another element,
-    naming it."""
+    naming it (`what` says why the list is one of run-time length)."""
     if not isinstance(field, ListArg):
         return
     for item in field.items:
-        if tensor_type_of(item) is None and _tuple_items(item) is None and _scalar_kind(ListArg((item,))) is None:
+        if (
+            tensor_type_of(item) is None
+            and _row_items(item) is None
+            and _scalar_kind(ListArg((item,))) is None
+            and not is_int_list(item)
+        ):
             raise SpecializeError(
-                f"a list of tuples whose length depends on the path holds {describe_entry(item)} as element "
-                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats or "
-                "bools, so keep that element in a list of its own"
+                f"a list of tuples {what} holds {describe_entry(item)} as element "
+                f"{index} of its tuples ({source}): a list of run-time length holds tensors, ints, floats, "
+                "bools or lists of ints, so keep that element in a list of its own"
             )

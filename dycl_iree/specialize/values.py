@@ -78,9 +78,31 @@ class TupleList:
     element is an ordinary list of tensors, so an append is an append to each, `xs[i]` a tuple of
     each list's item, `len` the first list's length, and both hosts hand it back as a Python list
     of tuples. See `tuple_lists`.
+
+    With `lists` set, the items are fixed-length lists instead of tuples: a hypothesis's recurrent
+    state, a `List[List[Tensor]]` of one list per layer, is a list of run-time length (one state per
+    hypothesis) of lists whose lengths the model fixes; each such list is carried as a tuple is, and
+    `xs[i]` is a list.
     """
 
     fields: tuple
+    lists: bool = False
+
+
+@dataclass(frozen=True)
+class RaggedInts:
+    """A `List[List[int]]` whose length is only known at run time, its lists of different lengths:
+    kept as two host lists of ints, `values` (every list's ints, one list after another) and
+    `bounds` (where each list starts, then where the last ends: one item more than there are lists).
+
+    A decoder's hypotheses hold their tokens so far (`(tokens, score)` tuples in a beam): kept in a
+    list of run-time length, each hypothesis's tokens are one slice of `values`, `xs[i]` is
+    `values[bounds[i]:bounds[i + 1]]`, an append extends `values` and appends its new length to
+    `bounds`, and `len` is one less than `bounds`'s. See `ragged_ints`.
+    """
+
+    values: Value
+    bounds: Value
 
 
 def is_unset_list(entry: Any) -> bool:
@@ -88,6 +110,8 @@ def is_unset_list(entry: Any) -> bool:
     `return` slot of an iteration that did not return: `structured.unset_like`), never read."""
     if isinstance(entry, (TensorList, RaggedList)):
         return isinstance(entry.value, Constant) and entry.value.value is UNINITIALIZED
+    if isinstance(entry, RaggedInts):
+        return isinstance(entry.values, Constant) and entry.values.value is UNINITIALIZED
     if isinstance(entry, TupleList):
         return all(is_unset_list(field) for field in entry.fields)
     return False
@@ -369,6 +393,8 @@ def tuples_of_constants(entry: Any) -> Any:
         return TupleEntry(tuple(tuples_of_constants(Constant(item)) for item in entry.value))
     if isinstance(entry, TupleEntry):
         return TupleEntry(tuple(tuples_of_constants(item) for item in entry.items))
+    if isinstance(entry, ListArg):  # a list of such tuples (`hyps = [([blank], 0.0)]`)
+        return ListArg(tuple(tuples_of_constants(item) for item in entry.items))
     return entry
 
 
@@ -384,6 +410,8 @@ def describe_entry(entry: Any) -> str:
         return f"a list of tensors of run-time length concatenated along dim {entry.dim}"
     if isinstance(entry, TupleList):
         return f"a list of run-time length of tuples of {len(entry.fields)}"
+    if isinstance(entry, RaggedInts):
+        return "a list of run-time length of lists of ints"
     tensor_type = tensor_type_of(entry)
     if tensor_type is not None:
         return f"a tensor {tensor_type.dtype}{list(tensor_type.shape)}".replace("None", "?")
@@ -402,7 +430,7 @@ def describe_entry(entry: Any) -> str:
 
 def _kind(entry: Any) -> str:
     """The kind two paths' values must share: "tensor", "number", "bool", "None", or the collection."""
-    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList, TupleList)):
+    if isinstance(entry, (TupleEntry, ListArg, TensorList, RaggedList, TupleList, RaggedInts)):
         return describe_entry(entry)
     if tensor_type_of(entry) is not None:
         return "tensor"

@@ -559,13 +559,19 @@ class _Specializer(
         perturbed: list[list[tuple]] = []
         if any(is_dynamic(v) for v in values_in):
             for perturbation in _PERTURBATIONS:
-                try:
-                    meta_b = overload(
-                        *convert_args(args, lambda a, p=perturbation: self.meta(a, p)),
-                        **dict(convert_kwargs(kwargs, lambda a, p=perturbation: self.meta(a, p))),
-                    )
-                    perturbed.append([tuple(t.shape) for t in result_tensors(meta_b, returns)])
-                except Exception:
+                # Where the run-time ints grown past their examples fail the op (an index past the
+                # tensor's end), they are one less instead (0 becomes -1, an index from the back).
+                for ints in (perturbation, lambda hint: hint - 1):
+                    try:
+                        meta_b = overload(
+                            *convert_args(args, lambda a, p=perturbation, i=ints: self.meta(a, p, i)),
+                            **dict(convert_kwargs(kwargs, lambda a, p=perturbation, i=ints: self.meta(a, p, i))),
+                        )
+                        perturbed.append([tuple(t.shape) for t in result_tensors(meta_b, returns)])
+                        break
+                    except Exception:
+                        continue
+                else:
                     perturbed.append([tuple(None for _ in t.shape) for t in results_a])
         outputs: list[Value] = []
         for position, tensor in enumerate(results_a):
@@ -651,9 +657,9 @@ class _Specializer(
             items = tuple(Constant(t) for t in result) if fold else tuple(result)
             self.bind(outputs_ts[0], ListArg(items))
 
-    def meta(self, arg: Any, perturb: Callable[[int], int] | None = None) -> Any:
+    def meta(self, arg: Any, perturb: Callable[[int], int] | None = None, ints: Callable | None = None) -> Any:
         """A stand-in for `arg` in a meta run: example sizes, or with the dynamic ones (and run-time
-        ints) perturbed."""
+        ints, by `ints` where given) perturbed."""
         if isinstance(arg, Value):
             type_ = arg.type
             if isinstance(type_, TensorType):
@@ -661,13 +667,13 @@ class _Specializer(
                 return torch.empty(shape, dtype=torch_dtype(type_.dtype), device="meta")
             if isinstance(type_, ScalarType):
                 if type_.kind == "int" and perturb:
-                    return perturb(type_.hint)
+                    return (ints or perturb)(type_.hint)
                 return type_.hint
             return list(type_.hint)
         if isinstance(arg, Constant):
             return self.meta_constant(arg.value)
         if isinstance(arg, ListArg):
-            return [self.meta(item, perturb) for item in arg.items]
+            return [self.meta(item, perturb, ints) for item in arg.items]
         raise SpecializeError(f"internal: cannot stand in for {arg!r}")
 
     def meta_constant(self, value: Any) -> Any:

@@ -1,0 +1,128 @@
+"""Specialize's `del xs[i]` on lists, the index known at export or only at run time.
+
+A beam search drops a hypothesis it merges into another (torchaudio's `_remove_hypo`:
+`del hypo_list[i]`). The Program's lists are values, so a deletion makes a new list that the name
+then means, as an append does:
+
+- a fixed-length list with a constant index: the list without that item;
+- a list of tensors of run-time length (stacked): the rows before i and after it, concatenated;
+- a host list: `xs[:i] + xs[i + 1:]`;
+- a list of tuples of run-time length: each element's list without item i.
+
+PyTorch's IndexError past either end is checked first. A list of tensors of different sizes
+(concatenated) is refused at the line. A list of lists of ints (`RaggedInts`) loses the ints of
+list i, and the bounds after it move back by its length. Host lists of
+floats (a beam's scores) lose an item on the Python host, which carries them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import SpecializeError
+from ..program import Constant, ListArg, ListType, Value
+from .schemas import overload_of
+from .values import RaggedInts, TensorList, TupleEntry, TupleList, describe_entry, tensor_type_of
+
+# The host op that adds one int to every int of a list (`host_runtime.scalar_ops`).
+ADD_TO_INTS = "dycl::add_to_ints"
+
+
+class ListDeletion:
+    """`del xs[i]` (a mixin of the specializer)."""
+
+    def visit_delete(self, node: torch._C.Node, entries: list, source: str) -> None:
+        items, index = entries
+        self.bind(node.inputsAt(0), self.without_item(items, index, source))
+
+    def without_item(self, items: Any, index: Any, source: str) -> Any:
+        if isinstance(items, ListArg) and isinstance(index, Constant):
+            if not -len(items.items) <= index.value < len(items.items):
+                raise SpecializeError(
+                    f"list index {index.value} out of range for a list of {len(items.items)} ({source})"
+                )
+            kept = list(items.items)
+            del kept[index.value]
+            return ListArg(tuple(kept))
+        if isinstance(items, ListArg) and items.items and all(_is_tuple(item) for item in items.items):
+            items = self.tuple_list(items, source)
+        elif isinstance(items, ListArg) and items.items and all(tensor_type_of(item) for item in items.items):
+            items = self.tensor_list(items, None, source)
+        if isinstance(items, TupleList):
+            length = self.tuple_list_length(items, source)
+            self.check_list_index(length, index, source)
+            index = self.index_from_front(length, index, source)
+            return TupleList(tuple(self.without_checked(field, index, source) for field in items.fields), items.lists)
+        if isinstance(items, (TensorList, Value)):
+            length = (
+                self.list_length(items, source) if isinstance(items, TensorList) else self.host_length(items, source)
+            )
+            self.check_list_index(length, index, source)
+            return self.without_checked(items, self.index_from_front(length, index, source), source)
+        raise SpecializeError(
+            f"`del xs[i]` on {describe_entry(items)} ({source}): a fixed-length list, a list of tensors of one "
+            "shape, a host list of scalars and a list of tuples of those can lose an item"
+        )
+
+    def host_length(self, items: Value, source: str) -> Any:
+        return self.emit_host("aten::len.t", (items,), "int", source)
+
+    def index_from_front(self, length: Any, index: Any, source: str) -> Any:
+        """A checked index (-len <= i < len) as the index from the front."""
+        if isinstance(index, Constant) and index.value >= 0:
+            return index
+        return self.emit_host("aten::remainder.int", (index, length), "int", source)
+
+    def without_checked(self, items: Any, index: Any, source: str) -> Any:
+        """`items` without item `index` (checked, from the front)."""
+        after = self.emit_host("aten::add.int", (index, Constant(1)), "int", source)
+        if isinstance(items, TupleList):
+            return TupleList(tuple(self.without_checked(field, index, source) for field in items.fields), items.lists)
+        if isinstance(items, TensorList):
+            # The rows kept, gathered: row k of the result is row k + (k >= i). (Slices at run-time
+            # bounds, `xs[:i]` and `xs[i + 1:]` concatenated, read back wrong from their segment.)
+            stacked, length = items.value, self.list_length(items, source)
+            count = self.emit_host("aten::sub.int", (length, Constant(1)), "int", source)
+            arange, ge = overload_of("aten::arange.default"), overload_of("aten::ge.Scalar")
+            add, gather = overload_of("aten::add.Tensor"), overload_of("aten::index_select.default")
+            (rows,) = self.emit_tensor_op(arange, [count], [("dtype", Constant(torch.int64))], source, name="rows")
+            (later,) = self.emit_tensor_op(ge, [rows, index], [], source)
+            (taken,) = self.emit_tensor_op(add, [rows, later], [], source, name="taken")
+            (kept,) = self.emit_tensor_op(gather, [stacked, Constant(0), taken], [], source, name="stacked")
+            return TensorList(kept)
+        if isinstance(items, Value) and isinstance(items.type, ListType):
+            length, kind = self.host_length(items, source), items.type.element
+            before = self.emit_list("aten::slice.t", (items, Constant(0), index, Constant(1)), source, element=kind)
+            rest = self.emit_list("aten::slice.t", (items, after, length, Constant(1)), source, element=kind)
+            return self.emit_list("aten::add.t", (before, rest), source, element=kind)
+        if isinstance(items, RaggedInts):
+            # The ints of list i cut out of `values`; the bounds after it move back by its length.
+            start = self.emit_host("aten::__getitem__.t", (items.bounds, index), "int", source)
+            end = self.emit_host("aten::__getitem__.t", (items.bounds, after), "int", source)
+            total, count = self.host_length(items.values, source), self.host_length(items.bounds, source)
+            head = self.emit_list("aten::slice.t", (items.values, Constant(0), start, Constant(1)), source)
+            tail = self.emit_list("aten::slice.t", (items.values, end, total, Constant(1)), source)
+            values = self.emit_list("aten::add.t", (head, tail), source, "values")
+            kept = self.emit_list("aten::slice.t", (items.bounds, Constant(0), after, Constant(1)), source)
+            second = self.emit_host("aten::add.int", (after, Constant(1)), "int", source)
+            later = self.emit_list("aten::slice.t", (items.bounds, second, count, Constant(1)), source)
+            back = self.emit_host("aten::sub.int", (start, end), "int", source)
+            moved = self.emit_list(ADD_TO_INTS, (later, back), source)
+            return RaggedInts(values, self.emit_list("aten::add.t", (kept, moved), source, "bounds"))
+        raise SpecializeError(
+            f"`del xs[i]` on a list of tuples whose elements include {describe_entry(items)} ({source}): "
+            "lists of tensors of one shape and of ints can lose an item"
+        )
+
+
+def is_list(entry: Any) -> bool:
+    """A list `del xs[i]` may take (another entry keeps the op's usual refusal)."""
+    return isinstance(entry, (ListArg, TensorList, TupleList)) or (
+        isinstance(entry, Value) and isinstance(entry.type, ListType)
+    )
+
+
+def _is_tuple(entry: Any) -> bool:
+    return isinstance(entry, TupleEntry) or (isinstance(entry, Constant) and isinstance(entry.value, tuple))

@@ -1,0 +1,66 @@
+"""`del xs[i]` on lists, as a beam search drops a hypothesis it merged into another (torchaudio's
+`_remove_hypo`): a fixed-length list at a constant index, and lists of run-time length (of tensors,
+of ints, of tuples of tokens and tensors) at an index known only at run time, against PyTorch on
+both hosts (`specialize.list_deletion`)."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import pytest
+import torch
+from torch import nn
+
+import dycl_iree
+from tests.conftest import check_hosts, export_compiled
+
+Hypotheses = List[Tuple[List[int], torch.Tensor]]  # noqa: UP006  (TorchScript reads the annotations)
+
+
+class Prune(nn.Module):
+    """Lists grown to n + 1 items, then item `drop` deleted from each."""
+
+    def forward(self, x: torch.Tensor, n: int, drop: int) -> Tuple[Hypotheses, List[torch.Tensor], List[int]]:  # noqa: UP006
+        hyps: Hypotheses = [([0], x[0] * 1.0)]
+        rows: List[torch.Tensor] = [x[0] * 1.0]  # noqa: UP006
+        marks: List[int] = [0]  # noqa: UP006
+        for i in range(n):
+            tokens, h = hyps[-1]
+            hyps.append((tokens + [i + 1], h * 0.5 + x[(i + 1) % x.shape[0]]))
+            rows.append(h * 2.0)
+            marks.append(i + 1)
+        del hyps[drop]
+        del rows[drop]
+        del marks[drop]
+        return hyps, rows, marks
+
+
+def test_an_item_known_only_at_run_time_is_deleted_from_every_kind_of_list(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, Prune(), (torch.randn(3, 4), 2, 1), "prune")
+    assert bundle.host == "compiled"
+    x = torch.randn(3, 4)
+    # The middle, the first, the last from the back, the only one, and past the example's length.
+    cases = {(2, 1): [0, 2], (3, 0): [1, 2, 3], (3, -1): [0, 1, 2], (0, 0): [], (4, 2): [0, 1, 3, 4], (2, -3): [1, 2]}
+    for (n, drop), marks in cases.items():
+        hyps, rows, kept = check_hosts(scripted, (compiled, python), (x, n, drop))
+        assert kept == marks and len(rows) == len(hyps) == len(marks)
+        assert [len(tokens) for tokens, _ in hyps] == [mark + 1 for mark in marks]
+    for n, drop in ((2, 3), (0, -2)):  # past either end: PyTorch's IndexError on both hosts
+        with pytest.raises(RuntimeError, match="list index out of range"):
+            scripted(x, n, drop)
+        for host in (compiled, python):
+            with pytest.raises(dycl_iree.ModelRaised, match="list index out of range"):
+                host(x.numpy(), n, drop)
+
+
+class DropConstant(nn.Module):
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:  # noqa: UP006
+        xs = [x, x * 2.0, x * 3.0]
+        del xs[1]
+        del xs[-1]
+        return xs
+
+
+def test_a_fixed_length_list_loses_an_item_at_a_constant_index(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, DropConstant(), (torch.randn(2),), "constant")
+    assert len(check_hosts(scripted, (compiled, python), (torch.randn(2),))) == 1
