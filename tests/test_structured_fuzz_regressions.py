@@ -464,3 +464,32 @@ def test_a_check_that_fails_stops_the_call_before_the_kernel_it_guards(tmp_path)
         )
         assert child.returncode == 0, child.stderr[-2000:]
         assert "ModelRaised:" in child.stdout and "must have the same sizes" in child.stdout, child.stdout
+
+
+class ListLeftEmptyByANestedBranch(nn.Module):
+    """A list that one side of a nested `if` leaves empty and the others append to, concatenated
+    after the branches (fuzzer seed 80038, cut down): the empty list's stand-in was a tensor the
+    compiler knew to be empty, IREE gave it a zero-byte buffer, and the compiled host failed on
+    that path with OUT_OF_RANGE ("buffer byte_length=0") while the Python host was right."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        ts: List[torch.Tensor] = []
+        if float(h.abs().mean()) < 1.0:
+            if float(h.sum()) < 0.0:
+                h = h * 1.5
+            else:
+                ts.append(h * 0.5)
+        else:
+            ts.append(h * 0.5)
+        return torch.cat(ts + [h], 0)
+
+
+def test_a_list_left_empty_by_one_side_of_a_nested_branch(tmp_path):
+    model = ListLeftEmptyByANestedBranch()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.full((3, 6), 0.5),), "left_empty")
+    rows = set()
+    for value in (-0.5, 0.5, 3.0, -3.0):
+        rows.add(check_hosts(scripted, [compiled, python], (torch.full((3, 6), value),)).shape[0])
+    assert rows == {3, 6}, rows  # the list empty (the inner then side) and with one tensor
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions

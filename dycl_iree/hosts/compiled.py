@@ -429,6 +429,37 @@ class _Emitter(CheckedCalls, ControlFlowEmitter, Emitter):
         )
         for position, (value, type_text) in enumerate(zip(node.outputs, results)):
             self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+            if isinstance(value.type, TensorType) and 0 in value.type.shape:
+                self.empty_at_run_time(value)
+
+    def empty_at_run_time(self, value: Value) -> None:
+        """Make `value`, an empty tensor whose emptiness the type says (an empty list's stand-in, its
+        data or sizes), zeros of sizes behind barriers, typed with those dims dynamic.
+
+        IREE 3.13 gave the empty stand-in of a list that one side of a nested `if` leaves empty a
+        zero-byte buffer, and the call failed when the list was concatenated after the branches
+        (OUT_OF_RANGE, "offset=0, adjusted_length=72, ... buffer byte_length=0", fuzzer seed 80038);
+        the same empty tensor made at run time is right."""
+        name, type_text = self.names[value], self.types[value]
+        sizes = []
+        for dim, size in enumerate(value.type.shape):
+            if size is None:
+                sizes.append(self.tensor_size(name, type_text, dim))
+            else:
+                sizes.append(self.opaque_int(size))
+        listed, code, none, made = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+        self.emit(
+            f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
+            f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
+        )
+        self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[value.type.dtype]}")
+        self.emit(f"{none} = torch.constant.none")
+        dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{MLIR_DTYPE[value.type.dtype]}>"
+        self.emit(
+            f"{made} = torch.aten.zeros {listed}, {code}, {none}, {none}, {none} : "
+            f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {dynamic}"
+        )
+        self.define(value, made, dynamic)
 
     def host_op(self, node: HostOp) -> None:
         target = node.target
