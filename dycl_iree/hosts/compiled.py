@@ -436,10 +436,11 @@ class _Emitter(CheckedCalls, ControlFlowEmitter, Emitter):
         """Make `value`, an empty tensor whose emptiness the type says (an empty list's stand-in, its
         data or sizes), zeros of sizes behind barriers, typed with those dims dynamic.
 
-        IREE 3.13 gave the empty stand-in of a list that one side of a nested `if` leaves empty a
-        zero-byte buffer, and the call failed when the list was concatenated after the branches
-        (OUT_OF_RANGE, "offset=0, adjusted_length=72, ... buffer byte_length=0", fuzzer seed 80038);
-        the same empty tensor made at run time is right."""
+        A list that one side of a nested `if` leaves empty, concatenated after the branches, failed
+        with OUT_OF_RANGE ("buffer byte_length=0", fuzzer seed 80038): IREE 3.13's VM register
+        allocator gave the row count the branches pass the register of the constant 1 the other
+        sides pass, and `rows + 1` read `rows + rows` (README, "Known traps"). With the empty
+        tensor made at run time the registers fall right there; the allocator's fault remains."""
         name, type_text = self.names[value], self.types[value]
         sizes = []
         for dim, size in enumerate(value.type.shape):
