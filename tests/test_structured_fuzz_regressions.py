@@ -403,7 +403,7 @@ def test_stand_ins_of_one_type_leave_a_return_inside_a_loop_in_buffers_of_their_
 class PiecesStackedAfterALoop(nn.Module):
     """Pieces as wide as the data says, stacked after the loop that appends them: the list is kept
     stacked, and every append checks that its piece is as wide as the list's. On the compiled host
-    IREE ran the concatenation of a narrower piece before the check that refuses it (an assert is
+    IREE ran the concatenation of a wider piece before the check that refuses it (an assert is
     ordered among host ops only), wrote past the stack's buffer, and the process aborted ("double
     free or corruption", fuzzer seed 80023). PyTorch's `stack` refuses such pieces too."""
 

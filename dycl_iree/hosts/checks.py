@@ -5,7 +5,7 @@ non-empty list) guards the segment call that follows it, whose kernels have no b
 their own (README, "Known traps": IREE has no error inside a kernel). IREE 3.13 orders a
 `torch.runtime.assert` only among host ops: the kernels of the next segment, which do not read its
 condition, join the execution region of the kernels before the check and run before the VM reaches
-the assert. A list that grows at run time appended a narrower tensor than its own, the check
+the assert. A list that grows at run time appended a tensor wider than its own, the check
 failed, and the concatenation had already written past its buffer: the process aborted ("double
 free or corruption", fuzzer seed 80023) instead of raising the check's message.
 
