@@ -51,8 +51,9 @@ from ..sources import relative_sources
 from ..specialize.values import UNINITIALIZED
 from .checks import CheckedCalls
 from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
+from .empties import RunTimeEmpties
 from .scalars import emit_scalar_op
-from .types import INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
+from .types import DTYPE_CODES, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
 # other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
@@ -237,28 +238,13 @@ class _DependsOnUnsupported(CompiledHostUnsupported):
     """A node reads a value whose producer the compiled host could not express (reported there)."""
 
 
-# torch's ScalarType codes, as `torch.aten.zeros` takes its dtype.
-_DTYPE_CODES = {
-    "uint8": 0,
-    "int8": 1,
-    "int16": 2,
-    "int32": 3,
-    "int64": 4,
-    "float16": 5,
-    "float32": 6,
-    "float64": 7,
-    "bool": 11,
-    "bfloat16": 15,
-}
-
-
 def _float_literal(value: float) -> str:
     if math.isfinite(value):
         return f"{value:.17e}"
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter(CheckedCalls, ControlFlowEmitter, Emitter):
+class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
     def __init__(
         self, signatures: dict[str, tuple[list[str], list[str]]], seeded: dict[str, list[TensorOp]] | None = None
     ) -> None:
@@ -432,36 +418,6 @@ class _Emitter(CheckedCalls, ControlFlowEmitter, Emitter):
             if isinstance(value.type, TensorType) and 0 in value.type.shape:
                 self.empty_at_run_time(value)
 
-    def empty_at_run_time(self, value: Value) -> None:
-        """Make `value`, an empty tensor whose emptiness the type says (an empty list's stand-in, its
-        data or sizes), zeros of sizes behind barriers, typed with those dims dynamic.
-
-        A list that one side of a nested `if` leaves empty, concatenated after the branches, failed
-        with OUT_OF_RANGE ("buffer byte_length=0", fuzzer seed 80038): IREE 3.13's VM register
-        allocator gave the row count the branches pass the register of the constant 1 the other
-        sides pass, and `rows + 1` read `rows + rows` (README, "Known traps"). With the empty
-        tensor made at run time the registers fall right there; the allocator's fault remains."""
-        name, type_text = self.names[value], self.types[value]
-        sizes = []
-        for dim, size in enumerate(value.type.shape):
-            if size is None:
-                sizes.append(self.tensor_size(name, type_text, dim))
-            else:
-                sizes.append(self.opaque_int(size))
-        listed, code, none, made = self.fresh(), self.fresh(), self.fresh(), self.fresh()
-        self.emit(
-            f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
-            f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
-        )
-        self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[value.type.dtype]}")
-        self.emit(f"{none} = torch.constant.none")
-        dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{MLIR_DTYPE[value.type.dtype]}>"
-        self.emit(
-            f"{made} = torch.aten.zeros {listed}, {code}, {none}, {none}, {none} : "
-            f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {dynamic}"
-        )
-        self.define(value, made, dynamic)
-
     def host_op(self, node: HostOp) -> None:
         target = node.target
         (output,) = node.outputs or (None,)
@@ -543,7 +499,7 @@ class _Emitter(CheckedCalls, ControlFlowEmitter, Emitter):
             f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
             f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
         )
-        self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[type_.dtype]}")
+        self.emit(f"{code} = torch.constant.int {DTYPE_CODES[type_.dtype]}")
         self.emit(f"{none} = torch.constant.none")
         dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{MLIR_DTYPE[type_.dtype]}>"
         self.emit(
@@ -725,7 +681,7 @@ def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tup
 def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
     """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
     code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
-    emitter.emit(f"{code} = torch.constant.int {_DTYPE_CODES[dtype]}")
+    emitter.emit(f"{code} = torch.constant.int {DTYPE_CODES[dtype]}")
     emitter.emit(f"{false} = torch.constant.bool false")
     emitter.emit(f"{none} = torch.constant.none")
     emitter.emit(
