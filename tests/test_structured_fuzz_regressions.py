@@ -6,11 +6,15 @@ tuples) into its programs, each reduced to a small program and run on every path
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import pytest
 import torch
 from torch import nn
 
+from host_runtime.errors import ModelRaised
 from tests.conftest import check_hosts, export_compiled
 
 
@@ -394,3 +398,98 @@ def test_stand_ins_of_one_type_leave_a_return_inside_a_loop_in_buffers_of_their_
     trips = {label: set(counts) for label, counts in python.trip_counts.items()}
     assert any({1, 2} <= counts for counts in trips.values()), trips  # the first loop returned and ran out
     assert sum(set(sides) == {True, False} for sides in python.decisions.values()) >= 2, python.decisions
+
+
+class PiecesStackedAfterALoop(nn.Module):
+    """Pieces as wide as the data says, stacked after the loop that appends them: the list is kept
+    stacked, and every append checks that its piece is as wide as the list's. On the compiled host
+    IREE ran the concatenation of a wider piece before the check that refuses it (an assert is
+    ordered among host ops only), wrote past the stack's buffer, and the process aborted ("double
+    free or corruption", fuzzer seed 80023). PyTorch's `stack` refuses such pieces too."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        pieces: List[torch.Tensor] = [x[:, : int((x > 0.0).sum()) % 8 + 1]]
+        for _ in range(n):
+            pieces.append(x[:, : int(x.argmax(1).max()) % 8 + 1] * 0.5)
+        return torch.stack(pieces, 0)
+
+
+# Run in a child process: a kernel that writes past its buffer may abort the process that runs it.
+_CALL_IN_A_CHILD = """
+import sys
+import numpy as np
+import dycl_iree
+from host_runtime.errors import ModelRaised
+runner = dycl_iree.load(sys.argv[1], host="compiled")
+try:
+    runner(np.load(sys.argv[2]), int(sys.argv[3]))
+except ModelRaised as error:
+    print("ModelRaised:", error)
+"""
+
+
+def test_a_check_that_fails_stops_the_call_before_the_kernel_it_guards(tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    model = PiecesStackedAfterALoop()
+    example, dynamic = (torch.randn(2, 8), 0), {"x": {0: "batch"}}
+    bundle, scripted, compiled, python = export_compiled(tmp_path, model, example, "stacked_pieces", dynamic)
+    negative = -torch.ones(2, 8)
+    same_width = negative.clone()
+    same_width[0, 4], same_width[1, :3] = 2.0, torch.tensor([3.0, 0.5, 0.5])  # 4 positives, argmax 4: 5 and 5
+    narrower = torch.ones(2, 8)
+    narrower[0, :2], narrower[1, 5] = -1.0, 2.0  # 14 positives, argmax 5: widths 7, then 6
+    wider = -torch.ones(16, 8)
+    wider[:, 7] = -0.5  # no positive, argmax 7: widths 1, then 8 (which wrote past the stack)
+    for x, n in [(same_width, 0), (same_width, 2), (narrower, 0), (torch.randn(3, 8), 0)]:
+        check_hosts(scripted, [compiled, python], (x, n))
+    assert {0, 2} <= {count for counts in python.trip_counts.values() for count in counts}, python.trip_counts
+    root, bundle_path = Path(__file__).resolve().parent.parent, tmp_path / "stacked_pieces.dycl"
+    assert bundle.host == "compiled" and bundle_path.exists()
+    for x in (wider, narrower):
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+            scripted(x, 2)
+        with pytest.raises(ModelRaised, match="must have the same sizes"):
+            python(x.numpy(), 2)
+        np.save(tmp_path / "x.npy", x.numpy())
+        child = subprocess.run(
+            [sys.executable, "-c", _CALL_IN_A_CHILD, str(bundle_path), str(tmp_path / "x.npy"), "2"],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert child.returncode == 0, child.stderr[-2000:]
+        assert "ModelRaised:" in child.stdout and "must have the same sizes" in child.stdout, child.stdout
+
+
+class ListLeftEmptyByANestedBranch(nn.Module):
+    """A list that one side of a nested `if` leaves empty and the others append to, concatenated
+    after the branches (fuzzer seed 80038, cut down): the empty list's stand-in was a tensor the
+    compiler knew to be empty, IREE gave it a zero-byte buffer, and the compiled host failed on
+    that path with OUT_OF_RANGE ("buffer byte_length=0") while the Python host was right."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        ts: List[torch.Tensor] = []
+        if float(h.abs().mean()) < 1.0:
+            if float(h.sum()) < 0.0:
+                h = h * 1.5
+            else:
+                ts.append(h * 0.5)
+        else:
+            ts.append(h * 0.5)
+        return torch.cat(ts + [h], 0)
+
+
+def test_a_list_left_empty_by_one_side_of_a_nested_branch(tmp_path):
+    model = ListLeftEmptyByANestedBranch()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.full((3, 6), 0.5),), "left_empty")
+    rows = set()
+    for value in (-0.5, 0.5, 3.0, -3.0):
+        rows.add(check_hosts(scripted, [compiled, python], (torch.full((3, 6), value),)).shape[0])
+    assert rows == {3, 6}, rows  # the list empty (the inner then side) and with one tensor
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions

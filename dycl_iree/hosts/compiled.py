@@ -49,9 +49,11 @@ from ..program import (
 from ..random_state import global_seed_draws
 from ..sources import relative_sources
 from ..specialize.values import UNINITIALIZED
+from .checks import CheckedCalls
 from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
+from .empties import RunTimeEmpties
 from .scalars import emit_scalar_op
-from .types import INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
+from .types import DTYPE_CODES, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
 # other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
@@ -236,28 +238,13 @@ class _DependsOnUnsupported(CompiledHostUnsupported):
     """A node reads a value whose producer the compiled host could not express (reported there)."""
 
 
-# torch's ScalarType codes, as `torch.aten.zeros` takes its dtype.
-_DTYPE_CODES = {
-    "uint8": 0,
-    "int8": 1,
-    "int16": 2,
-    "int32": 3,
-    "int64": 4,
-    "float16": 5,
-    "float32": 6,
-    "float64": 7,
-    "bool": 11,
-    "bfloat16": 15,
-}
-
-
 def _float_literal(value: float) -> str:
     if math.isfinite(value):
         return f"{value:.17e}"
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter(ControlFlowEmitter, Emitter):
+class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
     def __init__(
         self, signatures: dict[str, tuple[list[str], list[str]]], seeded: dict[str, list[TensorOp]] | None = None
     ) -> None:
@@ -279,8 +266,11 @@ class _Emitter(ControlFlowEmitter, Emitter):
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []
         self.dropped: set[Value] = set()  # the outputs of the nodes reported there
+        self.pending_checks: list[str] = []  # `checks.CheckedCalls`
 
     def block(self, block: Block) -> None:
+        outer_checks = self.pending_checks
+        self.pending_checks = list(outer_checks)
         for node in block.nodes:
             depth, names, types, where = self.depth, dict(self.names), dict(self.types), list(self.where)
             try:
@@ -300,6 +290,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
             for value in node.outputs:
                 self.names.pop(value, None)
                 self.dropped.add(value)
+        self.pending_checks = outer_checks
 
     def emit(self, line: str) -> None:
         # Every op carries the decision it lies in as its location, so that an iree-compile error
@@ -414,7 +405,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
         params, results = self.signatures[node.segment]
         for arg in node.args:
             self.across_a_loop(arg)
-        operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]
+        operands = self.gated([self.operand(arg, want)[0] for arg, want in zip(node.args, params)], params)
         result = self.fresh()
         count = len(results)
         target = result if count == 1 else f"{result}:{count}"
@@ -424,6 +415,8 @@ class _Emitter(ControlFlowEmitter, Emitter):
         )
         for position, (value, type_text) in enumerate(zip(node.outputs, results)):
             self.define(value, result if count == 1 else f"{result}#{position}", type_text)
+            if isinstance(value.type, TensorType) and 0 in value.type.shape:
+                self.empty_at_run_time(value)
 
     def host_op(self, node: HostOp) -> None:
         target = node.target
@@ -506,7 +499,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
             f"{listed} = torch.prim.ListConstruct {', '.join(sizes)} : "
             f"({', '.join(['!torch.int'] * len(sizes))}) -> !torch.list<int>"
         )
-        self.emit(f"{code} = torch.constant.int {_DTYPE_CODES[type_.dtype]}")
+        self.emit(f"{code} = torch.constant.int {DTYPE_CODES[type_.dtype]}")
         self.emit(f"{none} = torch.constant.none")
         dynamic = "!torch.vtensor<[" + ",".join("?" * len(sizes)) + f"],{MLIR_DTYPE[type_.dtype]}>"
         self.emit(
@@ -524,6 +517,7 @@ class _Emitter(ControlFlowEmitter, Emitter):
         self.emit(f"{below} = torch.aten.lt.int {index_name}, {high_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
         self.emit(f'torch.runtime.assert {inside}, "{self.message_text(message.value, "")}"')
+        self.checked(inside)  # the next segment call waits for it (`checks.py`)
 
     @staticmethod
     def message_text(message: str, source: str) -> str:
@@ -687,7 +681,7 @@ def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tup
 def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
     """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
     code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
-    emitter.emit(f"{code} = torch.constant.int {_DTYPE_CODES[dtype]}")
+    emitter.emit(f"{code} = torch.constant.int {DTYPE_CODES[dtype]}")
     emitter.emit(f"{false} = torch.constant.bool false")
     emitter.emit(f"{none} = torch.constant.none")
     emitter.emit(

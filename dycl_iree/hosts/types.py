@@ -7,6 +7,20 @@ from ..program import ListType, ScalarType, TensorType, Type
 
 INT64_MAX = 9223372036854775807
 
+# torch's ScalarType codes, as `torch.aten.zeros` takes its dtype.
+DTYPE_CODES = {
+    "uint8": 0,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "float16": 5,
+    "float32": 6,
+    "float64": 7,
+    "bool": 11,
+    "bfloat16": 15,
+}
+
 MLIR_DTYPE = {
     "float32": "f32",
     "float64": "f64",
