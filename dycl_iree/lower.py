@@ -112,7 +112,7 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     exported = _export(graph_module, examples, dynamic).run_decompositions(decompositions)
     if not _coincidences(segment, exported, offsets):
         return exported
-    fixed = set(_fixed_results(segment, exported))
+    fixed_at_hints, left_dynamic = set(_fixed_results(segment, exported)), set()
     for int_example in (lambda hint: 2 * hint + 1, lambda hint: hint // 2):
         hints = _spread_hints(segment, offsets, int_example)
         graph_module, examples, dynamic = _segment_graph(segment, constants, hints)
@@ -124,14 +124,14 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
         if not _coincidences(segment, spread, offsets):
             return spread
         # Other examples that left a result dynamic: its size at the hints was the examples' doing.
-        fixed -= set(_fixed_results(segment, spread))
-    if fixed:
+        left_dynamic |= fixed_at_hints - set(_fixed_results(segment, spread))
+    if left_dynamic:
         first = segment.nodes[0]
         raise UnsupportedOpError(
             first.target,
             first.source,
             segment.name,
-            f"torch.export fixed the size of {format_value(min(fixed, key=segment.results.index))} to "
+            f"torch.export fixed the size of {format_value(min(left_dynamic, key=segment.results.index))} to "
             "the example's, although it changes at run time (a slice of one row at the example inputs): "
             "export with other example ints or sizes",
         )
