@@ -112,14 +112,32 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     exported = _export(graph_module, examples, dynamic).run_decompositions(decompositions)
     if not _coincidences(segment, exported, offsets):
         return exported
-    graph_module, examples, dynamic = _segment_graph(segment, constants, _spread_hints(segment, offsets))
-    try:
-        spread = _export_once(graph_module, examples, dynamic).run_decompositions(decompositions)
-    except Exception:
-        # The ops refuse the spread examples (an index into a dim of size 1): the export at the hints
-        # stands, and `_refuse_specialized_dims` still says when it fixed a dynamic dim.
-        return exported
-    return exported if _coincidences(segment, spread, offsets) else spread
+    fixed_at_hints, left_dynamic = set(_fixed_results(segment, exported)), set()
+    for int_example in (lambda hint: 2 * hint + 1, lambda hint: hint // 2):
+        hints = _spread_hints(segment, offsets, int_example)
+        graph_module, examples, dynamic = _segment_graph(segment, constants, hints)
+        try:
+            spread = _export_once(graph_module, examples, dynamic).run_decompositions(decompositions)
+        except Exception:
+            # The ops refuse the spread examples (an index into a dim of size 1).
+            continue
+        if not _coincidences(segment, spread, offsets):
+            return spread
+        # Other examples that left a result dynamic: its size at the hints was the examples' doing.
+        left_dynamic |= fixed_at_hints - set(_fixed_results(segment, spread))
+    if left_dynamic:
+        first = segment.nodes[0]
+        raise UnsupportedOpError(
+            first.target,
+            first.source,
+            segment.name,
+            f"torch.export fixed the size of {format_value(min(left_dynamic, key=segment.results.index))} to "
+            "the example's, although it changes at run time (a slice of one row at the example inputs): "
+            "export with other example ints or sizes",
+        )
+    # The export at the hints stands: a result that every export fixes is one the ops (and the
+    # host's offsets) fix; `_refuse_specialized_dims` still says when it fixed a dynamic input dim.
+    return exported
 
 
 def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[str]:
@@ -137,11 +155,11 @@ def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[
         for position, value in enumerate(values)
         if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol)
     }
-    found = []
+    found = [format_value(result) for result in _fixed_results(segment, exported)]
     for position, (param, value) in enumerate(zip(segment.params, values)):
         type_ = param.type
         if isinstance(type_, TensorType) and isinstance(value, torch.Tensor):
-            if any(size is None and is_concrete_int(value.shape[d]) for d, size in enumerate(type_.shape)):
+            if _fixed_or_derived_dims(type_, value):
                 found.append(format_value(param))
         elif isinstance(type_, ScalarType) and type_.kind != "float":
             if not isinstance(value, torch.SymInt) or is_concrete_int(value):
@@ -150,6 +168,21 @@ def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[
                 if not _tied_by_the_host(segment, position, value.node.expr, int_symbols, offsets):
                     found.append(format_value(param))
     return found
+
+
+def _fixed_or_derived_dims(type_: TensorType, value: torch.Tensor) -> list[int]:
+    """The dims that the Program types dynamic but `value` (torch.export's fake input) does not
+    carry as a symbol of their own: a number (a size specialized to its example), or an expression
+    of other inputs' symbols. The second comes from the first one step removed: `rows[start:]` of a
+    list stacked to 2 rows, traced with start = 1, gave a slice of 1 row, which torch.export
+    specialized by rewriting the list's length as `start + 1`; the function then returned one row
+    whatever the list's length and start."""
+    fixed = []
+    for d, size in enumerate(type_.shape):
+        dim = value.shape[d]
+        if size is None and (not isinstance(dim, torch.SymInt) or not dim.node.expr.is_Symbol):
+            fixed.append(d)
+    return fixed
 
 
 def _tied_by_the_host(segment: Segment, position: int, expression: Any, int_symbols: dict, offsets: IntOffsets) -> bool:
@@ -165,13 +198,17 @@ def _tied_by_the_host(segment: Segment, position: int, expression: Any, int_symb
     return offsets.between(segment.name, position, other) == int(difference)
 
 
-def _spread_hints(segment: Segment, offsets: IntOffsets) -> list:
+def _spread_hints(
+    segment: Segment, offsets: IntOffsets, int_example: Callable[[int], int] = lambda hint: 2 * hint + 1
+) -> list:
     """Each parameter's example spread from its hint h to 2h + 1 (a tensor's dynamic dims, an int),
     except an int the host computes from an earlier one, which keeps that offset.
 
     Spread the same way, the examples keep their order (a slice's bounds stay within its tensor),
     their differences are even (never the 1 that torch.export specializes), and specialize's meta
-    runs have checked that the ops accept them (`_PERTURBATIONS`)."""
+    runs have checked that the ops accept them (`_PERTURBATIONS`). `int_example` spreads the ints
+    another way where that overshoots: `x[start:]` of 5 rows, traced with start = 4, is one row,
+    and with start = 9 empty, both sizes that torch.export fixes; start = 2 leaves it dynamic."""
     hints: list = []
     anchors: dict[int, int] = {}
     for position, param in enumerate(segment.params):
@@ -184,7 +221,7 @@ def _spread_hints(segment: Segment, offsets: IntOffsets) -> list:
                 None,
             )
             if offset is None:
-                anchors[position] = 2 * _int_example(type_) + 1
+                anchors[position] = int_example(_int_example(type_))
                 hints.append(anchors[position])
             else:
                 hints.append(offset[0] + offset[1])
@@ -215,6 +252,21 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
         if not _fixed_ints(candidate, dynamic):
             return candidate
     return exported
+
+
+def _fixed_results(segment: Segment, exported: Any) -> list[Value]:
+    """The segment's results that the Program types with a dynamic dim but `exported` returns with
+    a number there: the function would return the example's size whatever its inputs."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    (output,) = [node for node in exported.graph.nodes if node.op == "output"]
+    values = [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
+    fixed = []
+    for result, value in zip(segment.results, values[len(values) - len(segment.results) :]):
+        if isinstance(result.type, TensorType) and isinstance(value, torch.Tensor):
+            if any(size is None and is_concrete_int(value.shape[d]) for d, size in enumerate(result.type.shape)):
+                fixed.append(result)
+    return fixed
 
 
 def _fixed_ints(exported: Any, dynamic: list) -> set[int]:
@@ -366,12 +418,23 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
         value = node.meta.get("val")
         if not isinstance(param.type, TensorType) or not isinstance(value, torch.Tensor):
             continue
-        # A specialized dim is still a SymInt, whose expression became a number.
-        fixed = [d for d, size in enumerate(param.type.shape) if size is None and is_concrete_int(value.shape[d])]
+        # A specialized dim is still a SymInt, whose expression became a number or, where the
+        # specialized size was derived from this dim and an int, an expression of that int.
+        fixed = _fixed_or_derived_dims(param.type, value)
         if not fixed:
             continue
         what = f"dim {fixed[0]} of segment input {position} ({format_value(param)})"
-        example = int(value.shape[fixed[0]])
+        dim = value.shape[fixed[0]]
+        if not is_concrete_int(dim):
+            first = segment.nodes[0]
+            raise UnsupportedOpError(
+                first.target,
+                first.source,
+                segment.name,
+                f"torch.export tied {what} to the other inputs ({dim.node.expr}) at the example's sizes, "
+                "although it changes apart from them at run time",
+            )
+        example = int(dim)
         for op in segment.nodes:
             if op.target in _UNROLLED_OVER_TIME:
                 raise UnsupportedOpError(

@@ -257,3 +257,84 @@ def test_a_list_that_starts_empty_takes_the_run_time_width_of_its_tensors(tmp_pa
         assert want[0].shape[1] == max(lengths)
         counts.add(want[1])
     assert len(counts) >= 2, counts  # stopped by the gate and by the cap
+
+
+class Tail(nn.Module):
+    """Rows grown in a loop, returned from a run-time start: the list's length and the slice's
+    length both change at run time (`hs[start:]`, as a decoder drops its first states)."""
+
+    def forward(self, x: torch.Tensor, n: int, start: int) -> List[torch.Tensor]:
+        rows: List[torch.Tensor] = [x[0] * 1.0]
+        for i in range(n):
+            rows.append(x[i % 3] * 2.0 + float(i))
+        return rows[start:]
+
+
+class Head(nn.Module):
+    def forward(self, x: torch.Tensor, n: int, end: int) -> List[torch.Tensor]:
+        rows: List[torch.Tensor] = [x[0] * 1.0]
+        for i in range(n):
+            rows.append(x[i % 3] * 2.0 + float(i))
+        return rows[:end]
+
+
+class Window(nn.Module):
+    def forward(self, x: torch.Tensor, n: int, start: int, end: int) -> List[torch.Tensor]:
+        rows: List[torch.Tensor] = [x[0] * 1.0]
+        for i in range(n):
+            rows.append(x[i % 3] * 2.0 + float(i))
+        return rows[start:end]
+
+
+class LastK(nn.Module):
+    def forward(self, x: torch.Tensor, n: int, k: int) -> List[torch.Tensor]:
+        rows: List[torch.Tensor] = [x[0] * 1.0]
+        for i in range(n):
+            rows.append(x[i % 3] * 2.0 + float(i))
+        return rows[-k:]
+
+
+class TensorTail(nn.Module):
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        return x[start:] * 2.0
+
+
+# The examples give a slice of one row: torch.export specialized that size and tied the list's
+# length to the bound (`start + 1`), so the function returned one row whatever the list and bound.
+_SLICES = {
+    "tail": (Tail(), (2, 1), [(2, 1), (4, 1), (4, 0), (0, 0), (0, 1), (3, 5), (4, -2), (2, -9), (4, 4)]),
+    "head": (Head(), (2, 1), [(2, 1), (4, 1), (4, 3), (0, 0), (3, 9), (4, -2), (2, -9), (0, 1)]),
+    "window": (Window(), (2, 1, 2), [(2, 1, 2), (4, 1, 4), (4, 0, 9), (3, 5, 6), (4, -3, -1), (4, 2, 1), (0, 0, 1)]),
+    "last": (LastK(), (2, 1), [(2, 1), (4, 1), (4, 3), (4, 0), (3, 9), (4, -2), (0, 1)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SLICES))
+def test_a_grown_list_sliced_by_run_time_bounds_has_the_slice_of_pytorch(tmp_path, name):
+    torch.manual_seed(0)
+    model, example, cases = _SLICES[name]
+    scripted, compiled, python = _export(tmp_path, model, (torch.randn(3, 4), *example), name)
+    lengths = set()
+    for ints in cases:
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            want = scripted(x, *ints)
+        for host in (compiled, python):
+            _same(host(x.numpy(), *ints), want)
+        lengths.add(len(want))
+    # One row (the example's length) and other lengths, empty ones where the form allows them
+    # (`rows[-0:]` is the whole list): a length fixed at export cannot pass.
+    assert 1 in lengths and len(lengths) >= 3 and (name == "last" or 0 in lengths), lengths
+
+
+def test_a_tensor_sliced_from_a_run_time_start_keeps_its_rows(tmp_path):
+    scripted, compiled, python = _export(tmp_path, TensorTail(), (torch.randn(5, 4), 4), "tensor_tail")
+    rows = set()
+    for start in (4, 0, 2, 5, 9, -2, -9):
+        x = torch.randn(5, 4)
+        with torch.no_grad():
+            want = scripted(x, start)
+        for host in (compiled, python):
+            _same(host(x.numpy(), start), want)
+        rows.add(want.shape[0])
+    assert rows == {0, 1, 2, 3, 5}, rows

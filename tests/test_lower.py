@@ -5,7 +5,7 @@ reach IREE pre-transposed."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, List
 
 import numpy as np
 import pytest
@@ -435,3 +435,48 @@ def test_ints_whose_examples_are_0_and_1_stay_apart_unless_the_host_ties_them():
     and with it the slice's static size."""
     assert _slice_result_types(_Cut(), (torch.randn(7, 4), 0, 1)) == ["!torch.vtensor<[?,4],f32>"]
     assert _slice_result_types(_OneRow(), (torch.randn(7, 4), 0)) == ["!torch.vtensor<[1,4],f32>"]
+
+
+class _Tail(nn.Module):
+    """Rows grown in a loop, returned from a run-time start (`rows[start:]`)."""
+
+    def forward(self, x: torch.Tensor, n: int, start: int) -> List[torch.Tensor]:  # noqa: UP006 (TorchScript)
+        rows: List[torch.Tensor] = [x[0] * 1.0]  # noqa: UP006
+        for i in range(n):
+            rows.append(x[i % 3] * 2.0)
+        return rows[start:]
+
+
+def _lower_tail() -> None:
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    lower(partition(specialize(capture(_Tail()), (torch.randn(3, 4), 2, 1), None)))
+
+
+def test_a_slice_length_fixed_only_at_the_examples_is_refused_when_no_export_keeps_it_dynamic(monkeypatch):
+    """At the examples the slice is one row, which torch.export fixes (and ties the list's rows to
+    `start + 1`); the spread examples leave it dynamic. Where no export is free of other ties (here
+    made so), the export at the examples must not stand: the function would return one row always."""
+    import dycl_iree.lower as lower_module
+    from dycl_iree.errors import UnsupportedOpError
+
+    _lower_tail()  # the spread export is free of ties: it stands
+    real = lower_module._coincidences
+    monkeypatch.setattr(lower_module, "_coincidences", lambda *args: real(*args) or ["a tie"])
+    with pytest.raises(UnsupportedOpError, match=r"test_lower\.py:\d+.*fixed the size of %\w+ to the example's"):
+        _lower_tail()
+
+
+def test_an_input_dim_left_as_an_expression_of_an_int_is_refused(monkeypatch):
+    """The same export at the examples seen from its input: the list's rows became `start + 1`. With
+    no other export to take (here made so), that tie is refused, not carried into the function."""
+    import dycl_iree.lower as lower_module
+    from dycl_iree.errors import UnsupportedOpError
+
+    monkeypatch.setattr(lower_module, "_coincidences", lambda *args: ["a tie"])
+    monkeypatch.setattr(lower_module, "_fixed_results", lambda *args: [])
+    with pytest.raises(UnsupportedOpError, match=r"test_lower\.py:\d+.*tied dim 0 of segment input 0 .*\(s\d+ \+ 1\)"):
+        _lower_tail()
