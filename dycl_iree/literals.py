@@ -47,6 +47,14 @@ class WeightTracker(RefTracker):
         self.context = context
 
     def track(self, referrent: Any) -> Any:
+        # The importer keys its literals by id() and never checks that the tensor is still alive:
+        # a bool constant is imported through a uint8 copy made for the moment (`_import_literal`),
+        # whose id a later weight could reuse and then import as that copy's literal (an MLIRError
+        # where the types differ, the wrong weights where they agree). A dead entry is dropped.
+        existing = self._refs.get(id(referrent))
+        weak = getattr(existing, "_referrent", None)
+        if callable(weak) and weak() is not referrent:
+            del self._refs[id(referrent)]
         mapping = super().track(referrent)
         if mapping.is_empty and _real_tensor(referrent):
             mapping.value = _literal(referrent, self.context)
@@ -65,13 +73,13 @@ def _real_tensor(value: Any) -> bool:
 
 def _literal(tensor: torch.Tensor, context: Any) -> Any:
     """The DenseResourceElementsAttr that torch-mlir's `_make_vtensor_literal_op` makes of `tensor`."""
-    from torch_mlir.ir import DenseResourceElementsAttr
+    from torch_mlir.ir import DenseResourceElementsAttr, Location
 
     npy_dtype = TORCH_DTYPE_TO_NPY_TYPE[tensor.dtype]
     # A copy of its own: the blob outlives the import, whatever becomes of the tensor.
     array = np.array(tensor.detach().contiguous().numpy(), dtype=npy_dtype, copy=True)
     shape = "_".join(str(size) for size in tensor.shape)
-    with context:
+    with context, Location.unknown(context):
         return DenseResourceElementsAttr.get_from_buffer(
             array.view(npy_dtype), f"torch_tensor_{shape}_{tensor.dtype}", create_mlir_tensor_type(tensor)
         )
