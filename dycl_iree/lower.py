@@ -260,8 +260,7 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     two-step path, `torch.export.export` and `run_decompositions`, exports it and reports its errors).
 
     `torch.export.export` traces the graph once to pre-dispatch ATen ops and `run_decompositions`
-    traces that again with the table: two traces of every node, which were 2/3 of the lowering (the
-    early-exit ResNet-50: 28 s CPU with the import, 19 s in one trace). torch.export's own ATen
+    traces that again with the table: two traces of every node. torch.export's own ATen
     export (`_export` with `pre_dispatch=False`) traces once through the same AOT machinery that
     `run_decompositions` uses; the table reaches it through the `decomp_table` of the function it
     calls for that trace (`_export_to_aten_ir`), which `_export` takes from its module at each call.
@@ -269,8 +268,8 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     as it does where the one trace fails (BlockDrop's `select` of a policy column at an int index,
     which the two-step path's retries fix; 3 of its 59 segments).
 
-    The modules of both paths were the same bytes for the early-exit ResNet-50, every program of
-    `models/programs.py` and the SDN models of the zoo. The pre-dispatch trace also checks the dtype
+    The modules of both paths were the same bytes for ResNet-50, the early-exit ResNet-50, every
+    program of `models/programs.py`, the SDN models of the zoo and RANet. The pre-dispatch trace also checks the dtype
     of a tensor it converts (`aten._assert_tensor_metadata` before `mask.float()`: SkipNet's gates,
     one in BlockDrop), which the one trace leaves out; with those checks removed, the modules were
     the same after canonicalization (tests/test_export_time.py)."""
@@ -283,9 +282,13 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     override = getattr(programs, "_override_composite_implicit_decomp", None)
     if traced is None or export is None or split is None or override is None:
         return None
-    # As `run_decompositions` does: the table's composite ops (bilinear upsampling's `.vec`) replace
-    # their composite kernels for the trace, and the other composite ops are kept, not decomposed.
+    # As `run_decompositions` does, the table's composite ops (bilinear upsampling's `.vec`) replace
+    # their composite kernels for the trace. It also keeps every other composite op from being
+    # decomposed, at a cost that took most of what the one trace saves (the early-exit ResNet-50,
+    # lowering's CPU time, same process, alternating, busy machine: 14.5-16.2 s in two steps,
+    # 15.1-15.4 in one with that, 11.2-13.8 without); the modules were the same without it (below).
     composite, table = split(dict(decompositions))
+    composite = {op: rewrite for op, rewrite in composite.items() if op in decompositions}
     _trace._export_to_aten_ir = functools.partial(traced, decomp_table=table)
     try:
         with override(composite):
