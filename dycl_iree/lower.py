@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
 import warnings
@@ -57,9 +58,11 @@ def lower(
     from torch_mlir.dialects import torch as torch_dialect
     from torch_mlir.extras.fx_importer import FxImporter
 
+    from .literals import WeightTracker
+
     context = ir.Context()
     torch_dialect.register_dialect(context)
-    importer = FxImporter(context=context)
+    importer = FxImporter(context=context, py_attr_tracker=WeightTracker(context))
     decompositions = decomposition_table()
     constants: dict[Any, tuple[str, torch.Tensor]] = {}
     # The importer remembers every tensor it turned into a literal by id() for the whole import,
@@ -109,7 +112,7 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     (`segment - segment.mean(0, keepdim=True)`) gives the same result for one row. Checking the
     guards against the hints would therefore refuse the export that is right."""
     graph_module, examples, dynamic = _segment_graph(segment, constants)
-    exported = _export(graph_module, examples, dynamic).run_decompositions(decompositions)
+    exported = _export(graph_module, examples, dynamic, decompositions)
     if not _coincidences(segment, exported, offsets):
         return exported
     fixed_at_hints, left_dynamic = set(_fixed_results(segment, exported)), set()
@@ -117,7 +120,7 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
         hints = _spread_hints(segment, offsets, int_example)
         graph_module, examples, dynamic = _segment_graph(segment, constants, hints)
         try:
-            spread = _export_once(graph_module, examples, dynamic).run_decompositions(decompositions)
+            spread = _export_once(graph_module, examples, dynamic, decompositions)
         except Exception:
             # The ops refuse the spread examples (an index into a dim of size 1).
             continue
@@ -230,8 +233,8 @@ def _spread_hints(
     return hints
 
 
-def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
-    """torch.export the segment with its dynamic dims and ints dynamic.
+def _export(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
+    """torch.export the segment with its dynamic dims and ints dynamic, decomposed by `decompositions`.
 
     torch.export fixes an int input marked `Dim.DYNAMIC` to its example silently when the example
     is 1 and the int sizes a tensor (`torch.arange(0, n)` with n = 1 became `arange(0, 1)`): the
@@ -239,14 +242,14 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
     the lengths. Such an int is traced again with other examples. One that stays fixed whatever
     the example, or fails with every other, is one the ops admit one value of (an index into a dim
     of size 1, `h[0, k]` with one layer): it stays as torch.export traced it."""
-    exported = _export_once(graph_module, examples, dynamic)
+    exported = _export_once(graph_module, examples, dynamic, decompositions)
     fixed = _fixed_ints(exported, dynamic)
     for other in (2, 0, 3):
         if not fixed:
             break
         retried = [other if position in fixed else example for position, example in enumerate(examples)]
         try:
-            candidate = _export_once(graph_module, retried, dynamic)
+            candidate = _export_once(graph_module, retried, dynamic, decompositions)
         except Exception:
             continue
         if not _fixed_ints(candidate, dynamic):
@@ -287,9 +290,12 @@ def _is_concrete(value: Any) -> bool:
     return isinstance(value, (int, torch.SymInt)) and is_concrete_int(value)
 
 
-def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) -> Any:
+def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
+    exported = _export_in_one_trace(graph_module, examples, dynamic, decompositions)
+    if exported is not None:
+        return exported
     try:
-        return torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
+        exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
     except Exception:
         # Examples of size 0 or 1 make torch.export specialize; retrying with every dim dynamic
         # but AUTO lets it decide which dims the ops force to be static.
@@ -297,7 +303,52 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list) ->
             {d: Dim.AUTO for d in range(e.dim())} if isinstance(e, torch.Tensor) and e.dim() else spec
             for e, spec in zip(examples, dynamic)
         ]
-        return torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
+        exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
+    return exported.run_decompositions(decompositions)
+
+
+def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
+    """The segment exported and decomposed by one trace, or None where that fails (then the public
+    two-step path, `torch.export.export` and `run_decompositions`, exports it and reports its errors).
+
+    `torch.export.export` traces the graph once to pre-dispatch ATen ops and `run_decompositions`
+    traces that again with the table: two traces of every node. torch.export's own ATen
+    export (`_export` with `pre_dispatch=False`) traces once through the same AOT machinery that
+    `run_decompositions` uses; the table reaches it through the `decomp_table` of the function it
+    calls for that trace (`_export_to_aten_ir`), which `_export` takes from its module at each call.
+    Both are private to torch 2.13 (pinned): where either is missing or differs, this returns None,
+    as it does where the one trace fails (BlockDrop's `select` of a policy column at an int index,
+    which the two-step path's retries fix; 3 of its 59 segments).
+
+    The modules of both paths were the same bytes for ResNet-50, the early-exit ResNet-50, every
+    program of `models/programs.py`, the SDN models of the zoo and RANet. The pre-dispatch trace also checks the dtype
+    of a tensor it converts (`aten._assert_tensor_metadata` before `mask.float()`: SkipNet's gates,
+    one in BlockDrop), which the one trace leaves out; with those checks removed, the modules were
+    the same after canonicalization (tests/test_export_time.py)."""
+    from torch.export import _trace
+    from torch.export import exported_program as programs
+
+    traced = getattr(_trace, "_export_to_aten_ir", None)
+    export = getattr(_trace, "_export", None)
+    split = getattr(programs, "_split_decomp_table_to_cia_and_python_decomp", None)
+    override = getattr(programs, "_override_composite_implicit_decomp", None)
+    if traced is None or export is None or split is None or override is None:
+        return None
+    # As `run_decompositions` does, the table's composite ops (bilinear upsampling's `.vec`) replace
+    # their composite kernels for the trace. It also keeps every other composite op from being
+    # decomposed, at a cost that took most of what the one trace saves (the early-exit ResNet-50,
+    # lowering's CPU time, same process, alternating, busy machine: 14.5-16.2 s in two steps,
+    # 15.1-15.4 in one with that, 11.2-13.8 without); the modules were the same without it (below).
+    composite, table = split(dict(decompositions))
+    composite = {op: rewrite for op, rewrite in composite.items() if op in decompositions}
+    _trace._export_to_aten_ir = functools.partial(traced, decomp_table=table)
+    try:
+        with override(composite):
+            return export(graph_module, tuple(examples), None, tuple(dynamic), strict=False, pre_dispatch=False)
+    except Exception:
+        return None
+    finally:
+        _trace._export_to_aten_ir = traced
 
 
 def _segment_graph(
