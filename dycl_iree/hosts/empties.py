@@ -38,3 +38,9 @@ class RunTimeEmpties:
             f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {dynamic}"
         )
         self.define(value, made, dynamic)
+
+    def tensor_size(self, name: str, type_text: str, dim: int) -> str:
+        index, size = self.fresh(), self.fresh()
+        self.emit(f"{index} = torch.constant.int {dim}")
+        self.emit(f"{size} = torch.aten.size.int {name}, {index} : {type_text}, !torch.int -> !torch.int")
+        return size
