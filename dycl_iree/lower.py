@@ -129,11 +129,8 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
         # Other examples that left a result dynamic: its size at the hints was the examples' doing.
         left_dynamic |= fixed_at_hints - set(_fixed_results(segment, spread))
     if left_dynamic:
-        first = segment.nodes[0]
-        raise UnsupportedOpError(
-            first.target,
-            first.source,
-            segment.name,
+        raise _refused(
+            segment,
             f"torch.export fixed the size of {format_value(min(left_dynamic, key=segment.results.index))} to "
             "the example's, although it changes at run time (a slice of one row at the example inputs): "
             "export with other example ints or sizes",
@@ -141,6 +138,12 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     # The export at the hints stands: a result that every export fixes is one the ops (and the
     # host's offsets) fix; `_refuse_specialized_dims` still says when it fixed a dynamic input dim.
     return exported
+
+
+def _refused(segment: Segment, reason: str) -> UnsupportedOpError:
+    """The error for a segment torch.export cannot keep dynamic, at the segment's first op's line."""
+    first = segment.nodes[0]
+    return UnsupportedOpError(first.target, first.source, segment.name, reason)
 
 
 def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[str]:
@@ -477,11 +480,8 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
         what = f"dim {fixed[0]} of segment input {position} ({format_value(param)})"
         dim = value.shape[fixed[0]]
         if not is_concrete_int(dim):
-            first = segment.nodes[0]
-            raise UnsupportedOpError(
-                first.target,
-                first.source,
-                segment.name,
+            raise _refused(
+                segment,
                 f"torch.export tied {what} to the other inputs ({dim.node.expr}) at the example's sizes, "
                 "although it changes apart from them at run time",
             )
@@ -496,12 +496,8 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
                     f"unrolls it over the example's {example} time steps), but {what} changes at run time: export "
                     "with a fixed sequence length, or step an nn.LSTMCell / nn.GRUCell / nn.RNNCell in a loop",
                 )
-        first = segment.nodes[0]
-        raise UnsupportedOpError(
-            first.target,
-            first.source,
-            segment.name,
-            f"torch.export fixed {what} to the example's size {example}, although it changes at run time",
+        raise _refused(
+            segment, f"torch.export fixed {what} to the example's size {example}, although it changes at run time"
         )
 
 
@@ -632,8 +628,7 @@ def _explain(segment: Segment, error: Exception, exported: Any = None) -> Unsupp
         name = op.target.split("::")[1].split(".")[0]
         if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
             return UnsupportedOpError(op.target, op.source, segment.name, first_error_line(text))
-    first = segment.nodes[0]
-    return UnsupportedOpError(first.target, first.source, segment.name, first_error_line(text))
+    return _refused(segment, first_error_line(text))
 
 
 def _failed_node_op(segment: Segment, error: BaseException, text: str, exported: Any) -> Any:
