@@ -28,9 +28,9 @@ import torch
 
 from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ListType, Value
+from ..program import Constant, HostOp, ListArg, Value
 from .ragged_ints import is_int_list
-from .values import RaggedInts, RaggedList, TensorList, TupleEntry, TupleList
+from .values import RaggedInts, append_to_list, list_item
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,8 @@ class RunTimeDicts:
         log = _as_log(subject, source)
         key = self.int_list_value(entries[1].ints, source)
         if kind == "aten::_set_item":
-            keys = self.append_item(log.keys, key, source)
-            grown = RunTimeDict(keys, self.append_item(log.values, entries[2], source), log.source or source)
+            keys = append_to_list(self, log.keys, key, source)
+            grown = RunTimeDict(keys, append_to_list(self, log.values, entries[2], source), log.source or source)
             self.bind(node.inputsAt(0), grown)
             return True
         found = self.find_key(log, key, source)
@@ -115,7 +115,7 @@ class RunTimeDicts:
         if kind == "aten::__getitem__":
             message = Constant(f"RuntimeError: KeyError: a key made at {entries[1].source}")
             self.nodes.append(HostOp(CHECK_INDEX, (found, Constant(0), Constant(2**63 - 1), message), (), source))
-            self.bind(node.output(), self.item_of(log.values, found, source))
+            self.bind(node.output(), list_item(self, log.values, found, source))
             return True
         raise SpecializeError(
             f"{kind} on a dict keyed by run-time text ({source}): `d[key] = value`, `key in d` and `d[key]` work on it"
@@ -127,36 +127,6 @@ class RunTimeDicts:
             return Constant(-1)
         keys = self.ragged_ints(log.keys, source)
         return self.emit_host(RFIND_INT_LIST, (keys.values, keys.bounds, key), "int", source)
-
-    def append_item(self, items: Any, item: Any, source: str) -> Any:
-        """`items` with `item` appended, for any list the log holds."""
-        if isinstance(items, ListArg):
-            return ListArg((*items.items, item))
-        if isinstance(items, RaggedInts):
-            return self.append_to_ragged_ints(items, item, source)
-        if isinstance(items, TupleList):
-            return self.append_to_tuple_list(items, item, source)
-        if isinstance(items, RaggedList):
-            return self.append_to_ragged(items, item, source)
-        if isinstance(items, TensorList):
-            return self.append_to_tensor_list(items, item, source)
-        value = self.new_value(ListType(items.type.element, (*items.type.hint, 0)), "items")
-        self.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
-        return value
-
-    def item_of(self, items: Any, index: Any, source: str) -> Any:
-        """`items[index]` for any list the log holds, `index` known only at run time."""
-        if isinstance(items, ListArg) and items.items and all(_is_tuple(item) for item in items.items):
-            items = self.tuple_list(items, source)
-        if isinstance(items, TupleList):
-            return self.tuple_list_item(items, index, source)
-        if isinstance(items, RaggedInts):
-            return self.ragged_ints_item(items, index, source)
-        if isinstance(items, RaggedList):
-            return self.ragged_item(items, index, source)
-        if isinstance(items, (TensorList, ListArg)):
-            return self.tensor_list_item(self.tensor_list(items, None, source), index, source)
-        return self.emit_host("aten::__getitem__.t", (items, index), items.type.element, source)
 
 
 def holds_keys(keys: Any) -> bool:
@@ -170,10 +140,6 @@ def _keyed(entry: Any) -> bool:
 def _empty(entry: Any) -> bool:
     """An empty dict (`{}`: a record with no keys)."""
     return getattr(entry, "kind", None) == "dict" and not getattr(entry, "keys", None)
-
-
-def _is_tuple(entry: Any) -> bool:
-    return isinstance(entry, TupleEntry) or (isinstance(entry, Constant) and isinstance(entry.value, tuple))
 
 
 def _as_log(entry: Any, source: str) -> RunTimeDict:

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorOp, TensorType, Value
+from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
 from .ragged_ints import is_int_list
 from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
@@ -23,10 +23,11 @@ from .values import (
     RaggedList,
     TensorList,
     TupleEntry,
+    append_to_list,
     element_type,
-    hint_of,
     holds_only_tensors,
     is_unset_list,
+    list_item,
     tensor_type_of,
     value_name,
 )
@@ -265,27 +266,13 @@ class TensorLists:
         return TensorList(kept)
 
     def visit_append(self, node: torch._C.Node, entries: list, source: str) -> None:
+        """`xs.append(x)`: a list of tensors (or of lists) appended in straight-line code stays one
+        value per item, a TensorList or RaggedList grows by a `cat`, a host list by a host op
+        (`values.append_to_list`). SSA: the list's TorchScript value now means the grown list."""
         items, item = entries
-        if isinstance(items, _LISTS):
-            # A list of tensors (or of lists): appended in straight-line code it stays one value per
-            # item; a TensorList or RaggedList grows by a `cat`.
-            if isinstance(items, ListArg):
-                grown: Any = ListArg(items.items + (item,))
-            elif isinstance(items, RaggedList):
-                grown = self.append_to_ragged(items, item, source)
-            else:
-                grown = self.append_to_tensor_list(items, item, source)
-            self.bind(node.inputsAt(0), grown)
-            self.bind(node.output(), grown)
-            return
-        if not isinstance(items, Value):
-            raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
-        hint = tuple(items.type.hint) + (hint_of(item),)
-        value = self.new_value(ListType(items.type.element, hint), value_name(node.inputsAt(0)))
-        self.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
-        # SSA: the list value itself now means the appended list.
-        self.bind(node.inputsAt(0), value)
-        self.bind(node.output(), value)
+        grown = append_to_list(self, items, item, source, value_name(node.inputsAt(0)))
+        self.bind(node.inputsAt(0), grown)
+        self.bind(node.output(), grown)
 
     def visit_getitem(self, node: torch._C.Node) -> None:
         subject, index = (self.entry(v) for v in node.inputs())
@@ -298,19 +285,10 @@ class TensorLists:
                     f"list index {index.value} out of range for a list of {len(subject.items)} ({source})"
                 )
             self.bind(node.output(), subject.items[index.value])
-        elif isinstance(subject, RaggedList):
-            self.bind(node.output(), self.ragged_item(subject, index, source))
-        elif (
-            isinstance(subject, ListArg)
-            and holds_only_tensors(subject)
-            and self.list_layout([subject], source) is not None
-        ):
-            # A fixed-length list of tensors of different sizes, indexed at run time.
-            dim = self.list_layout([subject], source)
-            element = self.ragged_element([subject], dim, source)
-            self.bind(node.output(), self.ragged_item(self.ragged_list(subject, dim, element, source), index, source))
-        elif isinstance(subject, TensorList) or (isinstance(subject, ListArg) and holds_only_tensors(subject)):
-            self.bind(node.output(), self.tensor_list_item(self.tensor_list(subject, None, source), index, source))
+        elif holds_only_tensors(subject):
+            # A list of tensors indexed at run time (a fixed-length one of tensors of different
+            # sizes is read as a RaggedList).
+            self.bind(node.output(), list_item(self, subject, index, source))
         else:
             self.visit_op(node)
 

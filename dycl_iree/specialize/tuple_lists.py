@@ -39,9 +39,11 @@ from .values import (
     RaggedList,
     TupleEntry,
     TupleList,
+    append_to_list,
     describe_entry,
     hint_of,
     is_unset_list,
+    list_item,
     tensor_type_of,
 )
 
@@ -118,34 +120,12 @@ class TupleLists(ListDeletion, RunTimeDicts, RaggedIntLists):
         grown = []
         for index, (field, element) in enumerate(zip(items.fields, elements)):
             _check_element(ListArg((element,)), index, source)
-            if isinstance(field, TupleList):
-                grown.append(self.append_to_tuple_list(field, element, source))
-            elif isinstance(field, Value):  # a host list
-                value = self.new_value(ListType(field.type.element, (*field.type.hint, hint_of(element))), "items")
-                self.nodes.append(HostOp("aten::append.t", (field, element), (value,), source))
-                grown.append(value)
-            elif isinstance(field, RaggedList):
-                grown.append(self.append_to_ragged(field, element, source))
-            elif isinstance(field, RaggedInts):
-                grown.append(self.append_to_ragged_ints(field, element, source))
-            else:
-                grown.append(self.append_to_tensor_list(field, element, source))
+            grown.append(append_to_list(self, field, element, source))
         return TupleList(tuple(grown), items.lists)
 
     def tuple_list_item(self, items: TupleList, index: Any, source: str) -> TupleEntry | ListArg:
         """`xs[i]`: the tuple (or fixed-length list) of each element's list's item i."""
-        elements = []
-        for field in items.fields:
-            if isinstance(field, TupleList):
-                elements.append(self.tuple_list_item(field, index, source))
-            elif isinstance(field, Value):  # a host list: Python's IndexError past either end
-                elements.append(self.emit_host("aten::__getitem__.t", (field, index), field.type.element, source))
-            elif isinstance(field, RaggedList):
-                elements.append(self.ragged_item(field, index, source))
-            elif isinstance(field, RaggedInts):
-                elements.append(self.ragged_ints_item(field, index, source))
-            else:
-                elements.append(self.tensor_list_item(field, index, source))
+        elements = [list_item(self, field, index, source) for field in items.fields]
         return ListArg(tuple(elements)) if items.lists else TupleEntry(tuple(elements))
 
     def tuple_list_length(self, items: TupleList, source: str) -> Any:

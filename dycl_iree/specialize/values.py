@@ -22,7 +22,7 @@ from host_runtime import scalar_ops
 
 from ..capture import CapturedModel
 from ..errors import SpecializeError, UnsupportedOpError
-from ..program import Constant, ListArg, ListType, ScalarType, TensorType, Type, Value
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Type, Value
 from .schemas import LAYOUT_CODES, MEMORY_FORMAT_CODES, SCALAR_TYPE_CODES, dtype_name
 
 UNINITIALIZED = object()
@@ -567,3 +567,70 @@ def dynamic_dims(captured: CapturedModel, dynamic_shapes: Any) -> list[set[int]]
         else:
             dims.append({d for d, s in enumerate(spec) if s is not None})
     return dims
+
+
+# -- appending to and reading an item of a list of any kind -------------------------------------
+# One dispatch on the list kinds above, shared by every construct that appends to a list or reads
+# an item of it at a run-time index (`xs.append`, a list of tuples' element lists, a dict keyed at
+# run time's log): a new list kind is handled where it is added. `specializer` is the specializer
+# (its mixins emit each kind's nodes).
+
+
+def append_to_list(specializer: Any, items: Any, item: Any, source: str, name: str = "items") -> Any:
+    """`items` with `item` appended: a fixed-length list stays one (straight-line code), a list of
+    run-time length grows as its kind does, a host list by a host `append` (its value named `name`).
+
+    Example:
+        >>> append_to_list(specializer, ListArg((x,)), y, "m.py:3")  # doctest: +SKIP
+        ListArg(items=(x, y))
+    """
+    if isinstance(items, ListArg):
+        return ListArg((*items.items, item))
+    if isinstance(items, TupleList):
+        return specializer.append_to_tuple_list(items, item, source)
+    if isinstance(items, RaggedInts):
+        return specializer.append_to_ragged_ints(items, item, source)
+    if isinstance(items, RaggedList):
+        return specializer.append_to_ragged(items, item, source)
+    if isinstance(items, TensorList):
+        return specializer.append_to_tensor_list(items, item, source)
+    if isinstance(items, Value) and isinstance(items.type, ListType):
+        value = specializer.new_value(ListType(items.type.element, (*items.type.hint, hint_of(item))), name)
+        specializer.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
+        return value
+    raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
+
+
+def list_item(specializer: Any, items: Any, index: Any, source: str) -> Any:
+    """`items[index]`, `index` known only at run time (PyTorch's index check included): a
+    fixed-length list of tuples is read as a TupleList, one of tensors as a TensorList (a
+    RaggedList where its tensors differ in one dim), a host list by a host `__getitem__`.
+
+    Example:
+        >>> list_item(specializer, TensorList(stacked), i, "m.py:3")  # doctest: +SKIP
+        Value(name='item', ...)
+    """
+    if isinstance(items, ListArg) and items.items and all(is_tuple_entry(entry) for entry in items.items):
+        items = specializer.tuple_list(items, source)
+    elif isinstance(items, ListArg):
+        dim = specializer.list_layout([items], source) if holds_only_tensors(items) else None
+        if dim is None:
+            items = specializer.tensor_list(items, None, source)
+        else:  # tensors of different sizes in one dim
+            items = specializer.ragged_list(items, dim, specializer.ragged_element([items], dim, source), source)
+    if isinstance(items, TupleList):
+        return specializer.tuple_list_item(items, index, source)
+    if isinstance(items, RaggedInts):
+        return specializer.ragged_ints_item(items, index, source)
+    if isinstance(items, RaggedList):
+        return specializer.ragged_item(items, index, source)
+    if isinstance(items, TensorList):
+        return specializer.tensor_list_item(items, index, source)
+    if isinstance(items, Value) and isinstance(items.type, ListType):  # Python's IndexError past either end
+        return specializer.emit_host("aten::__getitem__.t", (items, index), items.type.element, source)
+    raise SpecializeError(f"indexing {describe_entry(items)} at run time ({source}): it is not a list")
+
+
+def is_tuple_entry(entry: Any) -> bool:
+    """A tuple: its entry, or one TorchScript folded into a constant."""
+    return isinstance(entry, TupleEntry) or (isinstance(entry, Constant) and isinstance(entry.value, tuple))
