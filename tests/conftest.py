@@ -165,6 +165,18 @@ def check_hosts(scripted: Any, hosts: list, inputs: tuple) -> Any:
     return want
 
 
+def check_hosts_raise(scripted: Any, hosts: list, inputs: tuple, message: str, host_message: str = "") -> None:
+    """PyTorch raises `message` (a pattern) on `inputs`, and every host raises `ModelRaised` with it
+    (or with `host_message`, where a host says more than PyTorch)."""
+    with pytest.raises(RuntimeError, match=message):
+        with torch.no_grad():
+            scripted(*inputs)
+    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
+    for host in hosts:
+        with pytest.raises(dycl_iree.ModelRaised, match=host_message or message):
+            host(*arrays)
+
+
 def run_without_torch(script: Path, *arguments: str) -> Any:
     """Run `script` (which starts with `NO_TORCH_GUARD`) in a fresh Python on `arguments`, from the
     repository's root with nothing but it on the path; assert it exits 0 and return the run."""

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-import pytest
 import torch
 from torch import nn
 
-import dycl_iree
-from tests.conftest import check_hosts, export_compiled
+from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
 Hypotheses = List[Tuple[List[int], torch.Tensor]]  # noqa: UP006  (TorchScript reads the annotations)
 
@@ -46,11 +44,7 @@ def test_an_item_known_only_at_run_time_is_deleted_from_every_kind_of_list(tmp_p
         assert kept == marks and len(rows) == len(hyps) == len(marks)
         assert [len(tokens) for tokens, _ in hyps] == [mark + 1 for mark in marks]
     for n, drop in ((2, 3), (0, -2)):  # past either end: PyTorch's IndexError on both hosts
-        with pytest.raises(RuntimeError, match="list index out of range"):
-            scripted(x, n, drop)
-        for host in (compiled, python):
-            with pytest.raises(dycl_iree.ModelRaised, match="list index out of range"):
-                host(x.numpy(), n, drop)
+        check_hosts_raise(scripted, (compiled, python), (x, n, drop), "list index out of range")
 
 
 class DropConstant(nn.Module):

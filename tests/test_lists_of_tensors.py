@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import dycl_iree
+from tests.conftest import check_hosts_raise, export_compiled
 
 
 class DownsampleB(nn.Module):
@@ -92,15 +92,6 @@ class CollectStates(nn.Module):
         return states, hs[-1], total, len(hs)
 
 
-def _export(tmp_path, model, example, name):
-    model = model.eval()
-    bundle = dycl_iree.export(model, example)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / f"{name}.dycl")
-    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
-    return torch.jit.script(model), compiled, python
-
-
 def _same(got, want):
     if isinstance(want, (list, tuple)):
         assert type(got) is type(want) and len(got) == len(want), (type(got), len(got), len(want))
@@ -119,7 +110,8 @@ def _numpy(inputs):
 
 def test_a_list_repeated_and_concatenated_runs_on_both_hosts(tmp_path):
     torch.manual_seed(0)
-    scripted, compiled, python = _export(tmp_path, GatedShortcut(), (torch.randn(1, 4, 8, 8), torch.rand(1, 2)), "gs")
+    example = (torch.randn(1, 4, 8, 8), torch.rand(1, 2))
+    _, scripted, compiled, python = export_compiled(tmp_path, GatedShortcut(), example, "gs")
     for policy in (torch.tensor([[0.9, 0.0]]), torch.tensor([[0.1, 0.0]])):
         x = torch.randn(1, 4, 8, 8)
         with torch.no_grad():
@@ -133,7 +125,7 @@ def test_a_list_repeated_and_concatenated_runs_on_both_hosts(tmp_path):
 def test_a_list_returned_from_an_early_exit_has_the_length_of_the_path(tmp_path):
     torch.manual_seed(3)
     model = AnytimeClassifier()
-    scripted, compiled, python = _export(tmp_path, model, (torch.randn(1, 8),), "anytime")
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(1, 8),), "anytime")
     # Find inputs that stop at each exit (PyTorch decides which), then check every one.
     by_length: dict[int, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(0)
@@ -159,17 +151,13 @@ def test_a_list_returned_from_an_early_exit_has_the_length_of_the_path(tmp_path)
 @pytest.fixture(scope="module")
 def collect_states(tmp_path_factory):
     torch.manual_seed(1)
-    return _export(tmp_path_factory.mktemp("collect"), CollectStates(), (torch.randn(2, 4), 4), "collect")
+    return export_compiled(tmp_path_factory.mktemp("collect"), CollectStates(), (torch.randn(2, 4), 4), "collect")[1:]
 
 
 def test_stacking_a_run_time_list_that_stayed_empty_raises_as_in_pytorch(collect_states):
     scripted, compiled, python = collect_states
     x = torch.randn(2, 4)
-    with pytest.raises(RuntimeError, match="stack expects a non-empty TensorList"):
-        scripted(x, 0)
-    for host in (compiled, python):
-        with pytest.raises(dycl_iree.ModelRaised, match="stack expects a non-empty TensorList"):
-            host(x.numpy(), 0)
+    check_hosts_raise(scripted, (compiled, python), (x, 0), "stack expects a non-empty TensorList")
 
 
 @pytest.mark.parametrize("steps", [1, 3, 8])
@@ -209,7 +197,7 @@ class Refine(nn.Module):
 def test_a_run_time_list_concatenated_with_fixed_lists(tmp_path):
     torch.manual_seed(0)
     model = Refine()
-    scripted, compiled, python = _export(tmp_path, model, (torch.randn(1, 4), 3), "refine")
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(1, 4), 3), "refine")
     exits = set()
     for n in (0, 1, 3, 6):
         for scale in (-2.0, 2.0):
@@ -245,7 +233,7 @@ class AttentionWeights(nn.Module):
 
 def test_a_list_that_starts_empty_takes_the_run_time_width_of_its_tensors(tmp_path):
     torch.manual_seed(0)
-    scripted, compiled, python = _export(
+    _, scripted, compiled, python = export_compiled(
         tmp_path, AttentionWeights(), (torch.randn(2, 6), torch.tensor([6, 3])), "alignments"
     )
     counts = set()
@@ -313,7 +301,7 @@ _SLICES = {
 def test_a_grown_list_sliced_by_run_time_bounds_has_the_slice_of_pytorch(tmp_path, name):
     torch.manual_seed(0)
     model, example, cases = _SLICES[name]
-    scripted, compiled, python = _export(tmp_path, model, (torch.randn(3, 4), *example), name)
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(3, 4), *example), name)
     lengths = set()
     for ints in cases:
         x = torch.randn(3, 4)
@@ -328,7 +316,7 @@ def test_a_grown_list_sliced_by_run_time_bounds_has_the_slice_of_pytorch(tmp_pat
 
 
 def test_a_tensor_sliced_from_a_run_time_start_keeps_its_rows(tmp_path):
-    scripted, compiled, python = _export(tmp_path, TensorTail(), (torch.randn(5, 4), 4), "tensor_tail")
+    _, scripted, compiled, python = export_compiled(tmp_path, TensorTail(), (torch.randn(5, 4), 4), "tensor_tail")
     rows = set()
     for start in (4, 0, 2, 5, 9, -2, -9):
         x = torch.randn(5, 4)

@@ -18,14 +18,7 @@ import torch
 import torch.nn as nn
 
 import dycl_iree
-
-
-def _export(tmp_path, model, example, name):
-    model = model.eval()
-    bundle = dycl_iree.export(model, example)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / f"{name}.dycl")
-    return bundle, torch.jit.script(model), dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python")
+from tests.conftest import check_hosts_raise, export_compiled
 
 
 def _check(scripted, hosts, inputs):
@@ -61,7 +54,7 @@ class BidirectionalEncoder(nn.Module):
 def test_a_bidirectional_lstm_over_a_packed_batch_matches_pytorch(tmp_path):
     torch.manual_seed(0)
     example = (torch.randint(0, 12, (3, 6)), torch.tensor([6, 4, 2]))
-    bundle, scripted, compiled, python = _export(tmp_path, BidirectionalEncoder(), example, "bilstm")
+    bundle, scripted, compiled, python = export_compiled(tmp_path, BidirectionalEncoder(), example, "bilstm")
     targets = {op.target for segment in bundle.program.segments for op in segment.nodes}
     assert "dycl::padded_lstm.default" in targets, targets
     generator = torch.Generator().manual_seed(1)
@@ -74,14 +67,10 @@ def test_a_bidirectional_lstm_over_a_packed_batch_matches_pytorch(tmp_path):
 def test_pytorchs_checks_of_the_lengths_raise_its_messages(tmp_path):
     torch.manual_seed(0)
     example = (torch.randint(0, 12, (3, 6)), torch.tensor([6, 4, 2]))
-    _, scripted, compiled, python = _export(tmp_path, BidirectionalEncoder(), example, "bilstm_checks")
+    _, scripted, compiled, python = export_compiled(tmp_path, BidirectionalEncoder(), example, "bilstm_checks")
     tokens = torch.randint(0, 12, (3, 6))
     for lengths, message in (([4, 6, 2], "must be sorted in decreasing order"), ([6, 4, 0], "greater than 0")):
-        with pytest.raises(RuntimeError, match=message):
-            scripted(tokens, torch.tensor(lengths))
-        for host in (compiled, python):
-            with pytest.raises(dycl_iree.ModelRaised, match=message):
-                host(tokens.numpy(), np.array(lengths))
+        check_hosts_raise(scripted, (compiled, python), (tokens, torch.tensor(lengths)), message)
     for host in (compiled, python):  # PyTorch reads past the batch here; both hosts refuse
         with pytest.raises(dycl_iree.ModelRaised, match="longer than the padded batch's 6 steps"):
             host(tokens.numpy(), np.array([7, 4, 2]))
@@ -103,7 +92,7 @@ class PackedEncoder(nn.Module):
 
 def test_unsorted_lengths_are_sorted_and_restored_around_a_gru(tmp_path):
     torch.manual_seed(0)
-    _, scripted, compiled, python = _export(
+    _, scripted, compiled, python = export_compiled(
         tmp_path, PackedEncoder(), (torch.randn(3, 5, 4), torch.tensor([3, 5, 2])), "gru"
     )
     for lengths in ([3, 5, 2], [2, 2, 4], [1, 5, 5]):
@@ -128,7 +117,7 @@ class TotalLength(nn.Module):
 @pytest.mark.parametrize("total_length", [5, 7])
 def test_a_total_length_pads_to_it(tmp_path, total_length):
     torch.manual_seed(0)
-    _, scripted, compiled, python = _export(
+    _, scripted, compiled, python = export_compiled(
         tmp_path, TotalLength(total_length), (torch.randn(5, 2, 4), torch.tensor([5, 3])), f"total{total_length}"
     )
     for lengths in ([5, 3], [2, 2]):

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-import dycl_iree
+from tests.conftest import check_hosts_raise, export_compiled
 
 
 class SequenceSegmenter(nn.Module):
@@ -104,15 +104,6 @@ class SegmentMemory(nn.Module):
         return torch.cat(outputs), torch.cat(mems), len(mems)
 
 
-def _export(tmp_path, model, example, name, dynamic_shapes):
-    model = model.eval()
-    bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / f"{name}.dycl")
-    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
-    return torch.jit.script(model), compiled, python
-
-
 def _same(got, want):
     if isinstance(want, (list, tuple)):
         assert type(got) is type(want) and len(got) == len(want), (type(got), len(got), len(want))
@@ -137,7 +128,7 @@ def test_a_sequence_cut_at_data_dependent_boundaries(tmp_path):
     torch.manual_seed(0)
     example = (torch.randn(7, 4), 0.8)
     dynamic = {"x": {0: Dim("time")}, "threshold": None}
-    scripted, compiled, python = _export(tmp_path, SequenceSegmenter(), example, "segmenter", dynamic)
+    _, scripted, compiled, python = export_compiled(tmp_path, SequenceSegmenter(), example, "segmenter", dynamic)
     counts, sizes = set(), set()
     generator = torch.Generator().manual_seed(1)
     # Lengths and thresholds that give 1 to many segments, of sizes other than the example's.
@@ -158,7 +149,7 @@ def test_a_sequence_cut_at_data_dependent_boundaries(tmp_path):
 def router(tmp_path_factory):
     torch.manual_seed(2)
     folder = tmp_path_factory.mktemp("router")
-    return _export(folder, RowRouter(), (torch.randn(3, 4),), "router", {"x": {0: Dim("rows")}})
+    return export_compiled(folder, RowRouter(), (torch.randn(3, 4),), "router", {"x": {0: Dim("rows")}})[1:]
 
 
 def test_rows_routed_to_heads_of_different_lengths_are_joined(router):
@@ -176,18 +167,15 @@ def test_rows_routed_to_heads_of_different_lengths_are_joined(router):
 def test_joining_a_list_that_stayed_empty_raises_as_in_pytorch(router):
     scripted, compiled, python = router
     x = torch.randn(0, 4)
-    with pytest.raises(RuntimeError, match=r"torch.cat\(\): expected a non-empty list of Tensors"):
-        scripted(x)
-    for host in (compiled, python):
-        with pytest.raises(dycl_iree.ModelRaised, match=r"torch.cat\(\): expected a non-empty list of Tensors"):
-            host(x.numpy())
+    check_hosts_raise(scripted, (compiled, python), (x,), r"torch.cat\(\): expected a non-empty list of Tensors")
 
 
 @pytest.mark.parametrize("half", [False, True], ids=["summaries", "half_segments"])
 def test_an_emformer_style_memory_of_the_last_segments(tmp_path, half):
     torch.manual_seed(4)
     model = SegmentMemory(half=half)
-    scripted, compiled, python = _export(tmp_path, model, (torch.randn(8, 4),), "memory", {"x": {0: Dim("time")}})
+    dynamic = {"x": {0: Dim("time")}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(8, 4),), "memory", dynamic)
     generator = torch.Generator().manual_seed(5)
     memories = set()
     for length in (8, 12, 2, 3, 1, 16):
@@ -217,15 +205,12 @@ class StepsThenPrompt(nn.Module):
 def test_a_list_of_one_shape_that_then_grows_by_another(tmp_path):
     torch.manual_seed(6)
     dynamic = {"x": {0: Dim("rows")}, "steps": None}
-    scripted, compiled, python = _export(tmp_path, StepsThenPrompt(), (torch.randn(5, 4), 3), "steps", dynamic)
+    example = (torch.randn(5, 4), 3)
+    _, scripted, compiled, python = export_compiled(tmp_path, StepsThenPrompt(), example, "steps", dynamic)
     for rows, steps in ((5, 3), (8, 6), (3, 1), (4, 0)):
         inputs = (torch.randn(rows, 4), steps)
         if steps == 0:  # rows[1] does not exist: PyTorch raises, and so do both hosts
-            with pytest.raises(RuntimeError, match="list index out of range"):
-                scripted(*inputs)
-            for host in (compiled, python):
-                with pytest.raises(dycl_iree.ModelRaised, match="index out of range"):
-                    host(inputs[0].numpy(), steps)
+            check_hosts_raise(scripted, (compiled, python), inputs, "list index out of range")
             continue
         _check(scripted, (compiled, python), inputs)
     (loop,) = python.trip_counts

@@ -25,7 +25,7 @@ from torch.export import Dim
 
 import dycl_iree
 from dycl_iree.errors import SpecializeError
-from tests.conftest import check_hosts, export_compiled
+from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
 
 class GatedHeads(nn.Module):
@@ -131,16 +131,6 @@ def _rows(signs: list[float]) -> torch.Tensor:
     return torch.rand(len(signs), 4, generator=generator).add(0.1) * torch.tensor(signs).unsqueeze(1)
 
 
-def _raises_everywhere(scripted, hosts, inputs: tuple, message: str) -> None:
-    """PyTorch raises `message` on `inputs`, and so does every host."""
-    with pytest.raises(RuntimeError, match=message):
-        scripted(*inputs)
-    arrays = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in inputs)
-    for host in hosts:
-        with pytest.raises(dycl_iree.ModelRaised, match=message):
-            host(*arrays)
-
-
 def test_rows_that_took_one_head_are_stacked(gated_heads):
     bundle, scripted, compiled, python = gated_heads
     lengths = set()
@@ -156,10 +146,10 @@ def test_rows_of_different_heads_raise_as_pytorch_does(gated_heads):
     bundle, scripted, compiled, python = gated_heads
     hosts = (compiled, python)
     # cat along dim 1 comes first in the model: PyTorch's message for it, naming the dim.
-    _raises_everywhere(
+    check_hosts_raise(
         scripted, hosts, (_rows([1.0, -1.0, 1.0]),), r"Sizes of tensors must match except in dimension 1"
     )
-    _raises_everywhere(scripted, hosts, (torch.randn(0, 4),), r"torch.cat\(\): expected a non-empty list of Tensors")
+    check_hosts_raise(scripted, hosts, (torch.randn(0, 4),), r"torch.cat\(\): expected a non-empty list of Tensors")
 
 
 def test_a_decoder_stacks_steps_as_long_as_the_longest_input(decoder):
@@ -183,7 +173,7 @@ def test_a_decoder_stacks_steps_as_long_as_the_longest_input(decoder):
     # No step at all: torch.stack of the empty list raises, on both hosts too.
     x = torch.randn(2, 6, 4, generator=generator)
     inputs = (x, torch.tensor([3, 5]), float(x.mean(1).norm()) * 2.0, 4)
-    _raises_everywhere(scripted, hosts, inputs, r"stack expects a non-empty TensorList")
+    check_hosts_raise(scripted, hosts, inputs, r"stack expects a non-empty TensorList")
     (loop,) = python.trip_counts
     assert set(python.trip_counts[loop]) >= {1, 2, 4, 12}, python.trip_counts
 
@@ -203,12 +193,12 @@ def test_segments_of_one_length_stack_and_others_raise(segments):
     assert set(python.trip_counts[loop]) == {1, 3, 8}, python.trip_counts
     # Segments of different lengths: torch.cat joins them, torch.stack raises.
     x = torch.randn(2, 7, 4, generator=generator)
-    _raises_everywhere(scripted, hosts, (x, torch.tensor([3, 4])), r"stack expects each tensor to be equal size")
+    check_hosts_raise(scripted, hosts, (x, torch.tensor([3, 4])), r"stack expects each tensor to be equal size")
     # The last segment cut short by the end of the utterance.
     x = torch.randn(2, 5, 4, generator=generator)
-    _raises_everywhere(scripted, hosts, (x, torch.tensor([2, 2, 2])), r"stack expects each tensor to be equal size")
+    check_hosts_raise(scripted, hosts, (x, torch.tensor([2, 2, 2])), r"stack expects each tensor to be equal size")
     # No segment: torch.cat raises first.
-    _raises_everywhere(scripted, hosts, (x, torch.tensor([0, 2])), r"torch.cat\(\): expected a non-empty list")
+    check_hosts_raise(scripted, hosts, (x, torch.tensor([0, 2])), r"torch.cat\(\): expected a non-empty list")
 
 
 class OptionalPrompt(nn.Module):
