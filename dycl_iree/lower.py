@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import operator
 import re
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -293,21 +294,29 @@ def _is_concrete(value: Any) -> bool:
     return isinstance(value, (int, torch.SymInt)) and is_concrete_int(value)
 
 
+# Held while a segment is exported: `_export_in_one_trace` swaps a function of torch's own module
+# for the trace, and `torch.export.export` looks that function up at each call, so an export in
+# another thread during the swap would trace with this segment's table, and two swaps that overlap
+# would leave torch's module patched. Exports in this process take turns.
+_EXPORT_LOCK = threading.Lock()
+
+
 def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
-    exported = _export_in_one_trace(graph_module, examples, dynamic, decompositions)
-    if exported is not None:
-        return exported
-    try:
-        exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
-    except Exception:
-        # Examples of size 0 or 1 make torch.export specialize; retrying with every dim dynamic
-        # but AUTO lets it decide which dims the ops force to be static.
-        relaxed = [
-            {d: Dim.AUTO for d in range(e.dim())} if isinstance(e, torch.Tensor) and e.dim() else spec
-            for e, spec in zip(examples, dynamic)
-        ]
-        exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
-    return exported.run_decompositions(decompositions)
+    with _EXPORT_LOCK:
+        exported = _export_in_one_trace(graph_module, examples, dynamic, decompositions)
+        if exported is not None:
+            return exported
+        try:
+            exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
+        except Exception:
+            # Examples of size 0 or 1 make torch.export specialize; retrying with every dim dynamic
+            # but AUTO lets it decide which dims the ops force to be static.
+            relaxed = [
+                {d: Dim.AUTO for d in range(e.dim())} if isinstance(e, torch.Tensor) and e.dim() else spec
+                for e, spec in zip(examples, dynamic)
+            ]
+            exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
+        return exported.run_decompositions(decompositions)
 
 
 def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
@@ -327,7 +336,10 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     program of `models/programs.py`, the SDN models of the zoo and RANet. The pre-dispatch trace also checks the dtype
     of a tensor it converts (`aten._assert_tensor_metadata` before `mask.float()`: SkipNet's gates,
     one in BlockDrop), which the one trace leaves out; with those checks removed, the modules were
-    the same after canonicalization (tests/test_export_time.py)."""
+    the same after canonicalization (tests/test_export_time.py).
+
+    The swap is global state: callers hold `_EXPORT_LOCK` (`_export_once`), and it is undone
+    whatever the trace does."""
     from torch.export import _trace
     from torch.export import exported_program as programs
 

@@ -480,3 +480,76 @@ def test_an_input_dim_left_as_an_expression_of_an_int_is_refused(monkeypatch):
     monkeypatch.setattr(lower_module, "_fixed_results", lambda *args: [])
     with pytest.raises(UnsupportedOpError, match=r"test_lower\.py:\d+.*tied dim 0 of segment input 0 .*\(s\d+ \+ 1\)"):
         _lower_tail()
+
+
+def _silu_module() -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(torch.ops.aten.silu.default, (x,)),))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _targets(exported: Any) -> set[str]:
+    return {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+
+
+def test_two_threads_exporting_at_once_each_trace_with_their_own_table(monkeypatch):
+    """The one-trace export swaps a function of torch's module for its trace: a second thread that
+    exports during the first one's trace waits, so each gets its own decompositions, and torch's
+    module is as it was afterwards."""
+    import threading
+    import time
+
+    from torch._decomp import get_decompositions
+    from torch.export import _trace
+
+    from dycl_iree import lower as lower_stage
+
+    original, export = _trace._export_to_aten_ir, _trace._export
+    first_tracing, one_trace = threading.Event(), []
+
+    def slow_first_trace(*args: Any, **kwargs: Any) -> Any:
+        # The first thread's trace starts while the second one's export is under way: without
+        # turns, it would read the second one's swap.
+        name = threading.current_thread().name
+        one_trace.append(name)
+        first_tracing.set()
+        time.sleep(0.5 if name == "decomposing" else 1.0)
+        return export(*args, **kwargs)
+
+    monkeypatch.setattr(_trace, "_export", slow_first_trace)
+    results: dict[str, Any] = {}
+
+    def run(name: str, table: dict) -> None:
+        if name == "keeping":
+            first_tracing.wait(timeout=30)
+        results[name] = lower_stage._export_once(_silu_module(), [torch.randn(3, 4)], [None], table)
+
+    tables = {"decomposing": get_decompositions([torch.ops.aten.silu.default]), "keeping": {}}
+    threads = [threading.Thread(target=run, args=(name, table), name=name) for name, table in tables.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(one_trace) == ["decomposing", "keeping"], one_trace  # both took the one trace
+    assert _targets(results["decomposing"]) == {"aten.sigmoid.default", "aten.mul.Tensor"}, results
+    assert _targets(results["keeping"]) == {"aten.silu.default"}, results
+    assert _trace._export_to_aten_ir is original
+
+
+def test_the_one_trace_undoes_its_swap_when_the_trace_raises(monkeypatch):
+    from torch.export import _trace
+
+    from dycl_iree import lower as lower_stage
+
+    original = _trace._export_to_aten_ir
+    seen = []
+
+    def failing_trace(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_trace._export_to_aten_ir)
+        raise RuntimeError("a trace that fails")
+
+    monkeypatch.setattr(_trace, "_export", failing_trace)
+    assert lower_stage._export_in_one_trace(_silu_module(), [torch.randn(2)], [None], {}) is None
+    assert seen and seen[0] is not original  # swapped during the trace
+    assert _trace._export_to_aten_ir is original
