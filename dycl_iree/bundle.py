@@ -146,7 +146,7 @@ def make_manifest(
     inputs = manifest_inputs(program)
     return {
         "format": FORMAT,
-        "version": format_version(inputs),
+        "version": format_version(inputs, program.output_tree),
         # How the compiled host's `main` takes and returns values (host_runtime/bundle_format.py).
         "main_abi": RANDOM_STATE_ABI if program.random_state else MAIN_ABI,
         # Whether `main` and the Python host take and return the random state after the model's values.

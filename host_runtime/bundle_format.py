@@ -36,20 +36,45 @@ FORMAT = "dycl_iree-bundle"
 # 3: as 2, and an input may be of kind "none" (exported with None as its example: no host takes it).
 #   Only such a bundle is written as version 3, so that a runtime that reads only version 2 refuses
 #   just those, by this number, instead of calling their manifests corrupt.
-VERSION = 3
+# 4: as 3, and the output tree may hold lists of run-time length of lists (`{"ragged_ints": ...}`, a
+#   list of `List[int]`s; `{"zip_lists": ...}`, of fixed-length lists). Written only for bundles whose
+#   outputs hold one: a runtime that reads only up to version 3 refuses those by this number.
+VERSION = 4
 NONE_INPUTS_VERSION = 3
-READABLE_VERSIONS = (2, 3)
+LISTS_OF_LISTS_VERSION = 4
+READABLE_VERSIONS = (2, 3, 4)
+# The output tree's nodes that format version 4 adds (`output_tree.py`).
+_LISTS_OF_LISTS = frozenset({"ragged_ints", "zip_lists"})
 
 
-def format_version(inputs: list[dict[str, Any]]) -> int:
-    """The oldest format version that holds a bundle with these manifest inputs, so that a runtime
-    of an older version loads every bundle it can."""
+def format_version(inputs: list[dict[str, Any]], tree: Any = None) -> int:
+    """The oldest format version that holds a bundle with these manifest inputs and output tree, so
+    that a runtime of an older version loads every bundle it can.
+
+    >>> format_version([{"name": "x", "kind": "tensor", "dtype": "float32", "shape": [2]}], [0, {"zip": [1]}])
+    2
+    >>> format_version([], {"zip_lists": [{"unstack": 0}]})
+    4
+    """
+    if tree_nodes(tree) & _LISTS_OF_LISTS:
+        return LISTS_OF_LISTS_VERSION
     return NONE_INPUTS_VERSION if any(spec["kind"] == "none" for spec in inputs) else 2
+
+
+def tree_nodes(tree: Any) -> set[str]:
+    """The kinds of node (the keys of its JSON objects: "zip", "ragged_ints", ...) an output tree holds.
+    A model's dict keys are strings inside lists (`{"dict": [[key, subtree], ...]}`), never counted."""
+    if isinstance(tree, dict):
+        return set(tree).union(*(tree_nodes(body) for body in tree.values()))
+    if isinstance(tree, list):
+        return set().union(*(tree_nodes(item) for item in tree))
+    return set()
 
 
 _VERSION_CHANGES = {
     2: "version 2 passes the compiled host's int, float and bool values as 0-d tensors",
     3: "version 3 adds inputs exported as None",
+    4: "version 4 adds outputs that are lists of run-time length of lists (of ints, or of fixed length)",
 }
 # The calling convention of the compiled host's `main`, recorded in the manifest as `main_abi`:
 #   1 (format version 1): tensors as buffer views, int/float/bool as VM i64/f32/i32 values. IREE runtimes
@@ -127,13 +152,27 @@ def read_manifest(path: str | Path, expected_sha256: str | None = None) -> tuple
         raise BundleError(f"{manifest_path}: corrupt manifest ('version' must be an int, not {version!r})")
     if version not in READABLE_VERSIONS:
         # What changed between the two (a bundle older than every version read, or newer).
-        low, high = sorted((version, max(READABLE_VERSIONS) if version > VERSION else min(READABLE_VERSIONS)))
+        newer = version > max(READABLE_VERSIONS)
+        low, high = sorted((version, max(READABLE_VERSIONS) if newer else min(READABLE_VERSIONS)))
         changes = "; ".join(_VERSION_CHANGES[v] for v in range(low + 1, high + 1) if v in _VERSION_CHANGES)
-        readable = " or ".join(map(str, READABLE_VERSIONS))
+        *earlier, last = map(str, READABLE_VERSIONS)
+        readable = f"{', '.join(earlier)} or {last}" if earlier else last
+        producer = manifest.get("producer")
+        exporter = producer.get("dycl_iree") if isinstance(producer, dict) else None
+        if newer:
+            made_by = f", as dycl_iree {exporter}'s does" if isinstance(exporter, str) else ""
+            remedy = (
+                f"; the bundle is newer than this runtime: load it with a runtime that reads version {version}"
+                f"{made_by}, or re-export the model with this runtime's dycl_iree version"
+            )
+        else:
+            remedy = (
+                "; re-export the model with this dycl_iree version, or load it with the runtime it was exported for"
+            )
         raise BundleError(
             f"{manifest_path}: bundle format version {version}, but this runtime reads version {readable}"
             + (f" ({changes})" if changes else "")
-            + "; re-export the model with this dycl_iree version, or load it with the runtime it was exported for"
+            + remedy
         )
     problem = manifest_problem(manifest)
     if problem is not None:
@@ -218,10 +257,14 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
     leaves = _key(outputs, "leaves", list, "outputs")
     for index, spec in enumerate(leaves):
         _check_value(spec, f"outputs.leaves[{index}]")
+    tree = _key(outputs, "tree", (int, list, dict, type(None)), "outputs")
     try:
-        check_tree(_key(outputs, "tree", (int, list, dict, type(None)), "outputs"), len(leaves), "outputs.tree")
+        check_tree(tree, len(leaves), "outputs.tree")
     except TreeProblem as problem:
         raise _Problem(str(problem)) from None
+    if manifest["version"] < LISTS_OF_LISTS_VERSION:
+        for node in sorted(tree_nodes(tree) & _LISTS_OF_LISTS):
+            raise _Problem(f"outputs.tree holds {node!r}, which format version {manifest['version']} has not")
     for index, segment in enumerate(_key(manifest, "segments", list, "")):
         where = f"segments[{index}]"
         _expect(segment, dict, where)

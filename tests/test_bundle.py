@@ -24,7 +24,7 @@ def bundle_copy(exported, tmp_path: Path) -> Path:
 def test_manifest_describes_signature_segments_host_and_files(exported) -> None:
     item = exported("early_exit")
     manifest = json.loads((item.path / MANIFEST).read_text())
-    assert manifest["version"] == 2  # the newest format, VERSION, only for bundles with an input exported as None
+    assert manifest["version"] == 2  # newer formats only for bundles that hold what they added
     assert manifest["inputs"] == [{"name": "x", "kind": "tensor", "dtype": "float32", "shape": [1, 8]}]
     assert manifest["outputs"]["tree"] == [0, 1]
     assert [leaf["kind"] for leaf in manifest["outputs"]["leaves"]] == ["tensor", "int"]
@@ -71,6 +71,48 @@ def test_other_format_version(bundle_copy: Path) -> None:
     assert f"version {VERSION + 1}" in message and "re-export" in message
 
 
+def test_a_runtime_older_than_the_bundle_refuses_it_by_its_version(bundle_copy: Path, monkeypatch) -> None:
+    """A runtime that reads up to version 3 refuses a version-4 bundle naming both versions, what 4
+    added and where to get a runtime for it, not as a damaged output tree."""
+    import host_runtime.bundle_format as bundle_format
+
+    manifest = json.loads((bundle_copy / MANIFEST).read_text())
+    manifest["version"] = 4
+    manifest["outputs"]["tree"] = {"ragged_ints": [0, 1]}
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
+    dycl_iree.load(bundle_copy, host="python")  # this runtime reads it
+    monkeypatch.setattr(bundle_format, "READABLE_VERSIONS", (2, 3))
+    message = _load_error(bundle_copy)
+    assert "bundle format version 4, but this runtime reads version 2 or 3 (version 4 adds outputs that are lists" in (
+        message
+    ), message
+    assert "newer than this runtime" in message and f"dycl_iree {manifest['producer']['dycl_iree']}" in message, message
+    assert "corrupt" not in message and "TreeProblem" not in message, message
+
+
+@pytest.mark.parametrize("node", ["ragged_ints", "zip_lists"])
+def test_an_output_tree_that_its_format_version_has_not_is_refused_naming_it(bundle_copy: Path, node: str) -> None:
+    manifest = json.loads((bundle_copy / MANIFEST).read_text())
+    manifest["version"] = 3
+    manifest["outputs"]["tree"] = {node: [0, 1]} if node == "ragged_ints" else {node: [{"unstack": 0}]}
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
+    message = _load_error(bundle_copy)
+    assert f"outputs.tree holds {node!r}, which format version 3 has not" in message, message
+
+
+def test_the_format_version_is_the_oldest_that_holds_the_bundle() -> None:
+    from host_runtime.bundle_format import format_version
+
+    tensor = {"name": "x", "kind": "tensor", "dtype": "float32", "shape": [2]}
+    none = {"name": "h", "kind": "none", "declared": "Optional[Tensor]", "default_none": True}
+    assert format_version([tensor], [0, {"zip": [{"unstack": 1}]}]) == 2
+    assert format_version([tensor, none], [0]) == 3
+    assert format_version([tensor, none], [{"zip": [{"ragged_ints": [0, 1]}, {"unstack": 2}]}]) == 4
+    assert format_version([tensor], {"optional": [0, {"zip_lists": [{"unstack": 1}]}]}) == 4
+    # A model's dict key is no node of the tree.
+    assert format_version([tensor], {"dict": [["zip_lists", 0]]}) == 2
+
+
 def test_a_bundle_from_before_main_abi_2_is_refused_naming_both_versions(bundle_copy: Path) -> None:
     """Format version 1 (its `main` took VM scalars): refused by name, never called with tensors."""
     manifest = json.loads((bundle_copy / MANIFEST).read_text())
@@ -79,7 +121,7 @@ def test_a_bundle_from_before_main_abi_2_is_refused_naming_both_versions(bundle_
     (bundle_copy / MANIFEST).write_text(json.dumps(manifest))
     for host in ("compiled", "python"):
         message = _load_error(bundle_copy, host=host)
-        assert "bundle format version 1, but this runtime reads version 2 or 3" in message, message
+        assert "bundle format version 1, but this runtime reads version 2, 3 or 4" in message, message
         assert "0-d tensors" in message and "re-export" in message
 
 

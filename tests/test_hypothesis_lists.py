@@ -53,6 +53,7 @@ def test_a_state_of_lists_per_hypothesis_is_carried_and_comes_back_as_lists(tmp_
     assert bundle.host == "compiled"
     tree = bundle.manifest["outputs"]["tree"]
     assert "zip_lists" in tree["zip"][1], tree  # the layers, and each layer's [h, c], are lists
+    assert bundle.manifest["version"] == 4  # the format that added them
     lengths = {len(check_hosts(scripted, (compiled, python), inputs)) for inputs in _beam_inputs()}
     (trips,) = python.trip_counts.values()  # the loop over layers is unrolled
     assert trips[:3] == [0, 1, 2], trips  # not entered; run to its count; stopped by the break

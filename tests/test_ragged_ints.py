@@ -45,6 +45,7 @@ def test_a_beam_of_token_lists_grows_and_is_read_at_run_time_on_the_compiled_hos
     assert bundle.host == "compiled"
     tree = bundle.manifest["outputs"]["tree"]
     assert tree[0]["zip"][0] == {"ragged_ints": [0, 1]}, tree
+    assert bundle.manifest["version"] == 4  # the format that added them: older runtimes refuse it by that
     lengths = set()
     for inputs in _inputs():
         hyps, _ = check_hosts(scripted, (compiled, python), inputs)
