@@ -19,7 +19,7 @@ or loop become extra outputs or loop-carried values.
 
 The walk is split by what it handles: `control` (branches and loops), `tensor_lists` (lists of
 tensors of run-time length), `host_ops` (sizes and host scalars), `mutation` (writes through views),
-`selections` (sizes made by data: `nonzero`, boolean masks).
+`selections` (sizes made by data: `nonzero`, boolean masks), `list_tensors` (`torch.tensor` of lists).
 
 Example:
     >>> program = specialize(capture(model), (torch.randn(1, 8),))     # doctest: +SKIP
@@ -53,13 +53,13 @@ from ..program import (
 from .aliasing import collect_mutated_lists, follow_inner_list, note_inner_lists
 from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
+from .list_tensors import ListTensors
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .packed import PackedSequences
 from .ragged_lists import RaggedLists, concatenation_dims
 from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
 from .schemas import (
     DTYPE_CODES,
-    SCALAR_TYPE_CODES,
     call_overload,
     convert_args,
     convert_kwargs,
@@ -93,14 +93,12 @@ from .values import (
     TensorList,
     TupleEntry,
     hint_of,
-    holds_values,
     input_types,
     is_dynamic,
     is_none,
     list_element_kind,
     none_inputs,
     real_value,
-    scalar_kind_of,
     scalar_list_kind,
     split_arguments,
     tensor_type_of,
@@ -115,7 +113,15 @@ _NONDETERMINISTIC = re.compile(
 
 
 class _Specializer(
-    ControlFlow, TupleLists, StructuredValues, TensorLists, RaggedLists, HostScalars, PackedSequences, Selections
+    ControlFlow,
+    TupleLists,
+    StructuredValues,
+    TensorLists,
+    RaggedLists,
+    HostScalars,
+    PackedSequences,
+    Selections,
+    ListTensors,
 ):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
@@ -422,38 +428,6 @@ class _Specializer(
                 source_of(node),
             )
         )
-        self.bind(node.output(), output)
-
-    def visit_list_to_tensor(self, node: torch._C.Node) -> None:
-        """`torch.tensor(list)`: an upload from the host when the list is only known at run time."""
-        inputs = [self.entry(v) for v in node.inputs()]
-        data = inputs[0]
-        dtype_code = inputs[1].value if len(inputs) > 1 and isinstance(inputs[1], Constant) else None
-        if not holds_values(data):
-            # A literal (`torch.tensor([[7]])`, RNN-T's start token): made here, as PyTorch makes it.
-            # torch.ops.aten.tensor cannot be called with a nested list ("Expected a value of type
-            # 'List[t]'"), and the `device=` argument names the model's device, which is the bundle's.
-            dtype = SCALAR_TYPE_CODES[dtype_code] if dtype_code is not None else None
-            self.bind(node.output(), Constant(torch.tensor(real_value(data), dtype=dtype)))
-            return
-        element = data.type.element if isinstance(data, Value) and isinstance(data.type, ListType) else None
-        if element is None and isinstance(data, ListArg):
-            element = scalar_kind_of(data.items[0])
-        if isinstance(data, Value) and isinstance(data.type, ScalarType):
-            element = data.type.kind
-        if dtype_code is not None:
-            dtype = SCALAR_TYPE_CODES[dtype_code]
-        else:
-            dtype = {"int": torch.int64, "float": torch.float32, "bool": torch.bool}[element]
-        if isinstance(data, ListArg):
-            shape: tuple = (len(data.items),)
-            hint: tuple = shape
-        elif isinstance(data.type, ScalarType):
-            shape = hint = ()
-        else:
-            shape, hint = (None,), (max(2, len(data.type.hint)),)
-        output = self.new_value(TensorType(dtype_name(dtype), shape, hint), value_name(node.output()))
-        self.nodes.append(HostOp("aten::tensor", (data, Constant(dtype_name(dtype))), (output,), source_of(node)))
         self.bind(node.output(), output)
 
     # -- schema ops --------------------------------------------------------------------------
