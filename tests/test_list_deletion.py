@@ -58,3 +58,21 @@ class DropConstant(nn.Module):
 def test_a_fixed_length_list_loses_an_item_at_a_constant_index(tmp_path):
     bundle, scripted, compiled, python = export_compiled(tmp_path, DropConstant(), (torch.randn(2),), "constant")
     assert len(check_hosts(scripted, (compiled, python), (torch.randn(2),))) == 1
+
+
+class DropInBranch(nn.Module):
+    """`del` on one side of a branch: the list after the branch is the shorter one on that side."""
+
+    def forward(self, x: torch.Tensor, n: int) -> List[torch.Tensor]:  # noqa: UP006
+        xs: List[torch.Tensor] = [x, x + 1.0, x + 2.0]  # noqa: UP006
+        if n > 0:
+            del xs[n % 3]
+        return xs
+
+
+def test_a_deletion_on_one_side_of_a_branch_is_kept_after_it(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, DropInBranch(), (torch.zeros(2), 1), "branch")
+    lengths = [len(check_hosts(scripted, (compiled, python), (torch.arange(2.0), n))) for n in (0, 1, 5)]
+    assert lengths == [3, 2, 2], lengths
+    (sides,) = python.decisions.values()
+    assert dict(sides) == {False: 1, True: 2}

@@ -71,7 +71,17 @@ def view_bases(value: torch._C.Value) -> list:
         chain.append(value)
 
 
-LIST_MUTATORS = {"aten::append", "aten::_set_item", "aten::insert", "aten::pop", "aten::clear", "aten::extend"}
+# `del xs[i]` (`aten::Delete`) too: it has no torch.ops overload whose schema would say so, and a
+# `del` inside a branch or loop that is not carried out of it is lost.
+LIST_MUTATORS = {
+    "aten::append",
+    "aten::_set_item",
+    "aten::insert",
+    "aten::pop",
+    "aten::clear",
+    "aten::extend",
+    "aten::Delete",
+}
 
 
 def node_mutates_first_input(node: torch._C.Node) -> bool:
