@@ -54,8 +54,8 @@ SCALAR_OPS: dict[str, ScalarOp] = {
     "aten::abs": ScalarOp(abs, "abs({0})"),
     "prim::abs": ScalarOp(abs, "abs({0})"),
     "aten::pow": ScalarOp(lambda a, b: a**b, "({0} ** {1})"),
-    "prim::min": ScalarOp(min, "min({0}, {1})"),
-    "prim::max": ScalarOp(max, "max({0}, {1})"),
+    "prim::min": ScalarOp(min, "min({all})"),  # two ints, or one list (`prim::min.self_int`)
+    "prim::max": ScalarOp(max, "max({all})"),
     "aten::lt": ScalarOp(lambda a, b: a < b, "({0} < {1})"),
     "aten::le": ScalarOp(lambda a, b: a <= b, "({0} <= {1})"),
     "aten::gt": ScalarOp(lambda a, b: a > b, "({0} > {1})"),

@@ -228,3 +228,27 @@ def test_host_int_arithmetic_wraps_at_int64_as_torchscript_does(tmp_path):
             assert got_state == want_state, (n, got_state, want_state)
             np.testing.assert_array_equal(got_x, want_x.numpy())
     assert signs == {True, "negated"}, signs  # both sides of the `if`
+
+
+class SmallestStep(nn.Module):
+    """`min(xs)` and `max(xs)` of a host list of ints (`prim::min.self_int`), next to `min(a, b)`."""
+
+    def forward(self, x, n: int):
+        sizes: List[int] = []  # noqa: UP006  (TorchScript reads the annotations)
+        for i in range(n):
+            sizes.append(int(x[i % x.shape[0]].argmax()) + i)
+        return min(sizes), max(sizes), min(n, 2)
+
+
+def test_min_and_max_of_a_host_list_of_ints(tmp_path):
+    model = SmallestStep()
+    scripted = torch.jit.script(model)
+    bundle = dycl_iree.export(model, (torch.zeros(3, 4), 2))
+    python = dycl_iree.load(bundle.save(tmp_path / "smallest.dycl"), host="python")
+    x = torch.randn(3, 4)
+    for n in (1, 4):
+        assert python(x.numpy(), n) == scripted(x, n)
+    with pytest.raises(RuntimeError, match="empty"):
+        scripted(x, 0)
+    with pytest.raises(ValueError, match="empty"):
+        python(x.numpy(), 0)
