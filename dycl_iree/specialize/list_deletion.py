@@ -110,7 +110,7 @@ class ListDeletion:
             later = self.emit_list("aten::slice.t", (items.bounds, second, count, Constant(1)), source)
             back = self.emit_host("aten::sub.int", (start, end), "int", source)
             moved = self.emit_list(ADD_TO_INTS, (later, back), source)
-            return RaggedInts(values, self.emit_list("aten::add.t", (kept, moved), source, "bounds"))
+            return RaggedInts(values, self.emit_list("aten::add.t", (kept, moved), source, "bounds"), items.width)
         raise SpecializeError(
             f"`del xs[i]` on a list of tuples whose elements include {describe_entry(items)} ({source}): "
             "lists of tensors of one shape and of ints can lose an item"

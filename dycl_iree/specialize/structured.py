@@ -161,7 +161,7 @@ def unset_like(entry: Any) -> Any:
     if isinstance(entry, RaggedList):
         return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim)
     if isinstance(entry, RaggedInts):
-        return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED))
+        return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.width)
     if isinstance(entry, TupleList):
         return TupleList(tuple(unset_like(field) for field in entry.fields), entry.lists)
     if isinstance(entry, RunTimeDict):
@@ -207,8 +207,8 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
     """The leaves of `entries` (Values and Constants, in order) and their structure, which
     `unflatten_entries` rebuilds from other leaves: a structure node is "leaf" or
     (kind, items, meta). An Optional's flag is a leaf before its value's leaves; a TensorList is
-    one leaf, a RaggedList two (values, sizes; its meta is the dim); a record's meta is (kind,
-    name, keys)."""
+    one leaf, a RaggedList two (values, sizes; its meta is the dim), a RaggedInts two (values,
+    bounds; its meta is the width); a record's meta is (kind, name, keys)."""
     leaves: list = []
 
     def walk(entry: Any) -> Any:
@@ -224,7 +224,7 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
             return ("ragged_list", (), entry.dim)
         if isinstance(entry, RaggedInts):
             leaves.extend((entry.values, entry.bounds))
-            return ("ragged_ints", (), None)
+            return ("ragged_ints", (), entry.width)
         if isinstance(entry, TupleList):
             return ("tuple_list", tuple(walk(field) for field in entry.fields), entry.lists)
         if isinstance(entry, RunTimeDict):
@@ -256,7 +256,7 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         if kind == "ragged_list":
             return RaggedList(next(iterator), next(iterator), meta)
         if kind == "ragged_ints":
-            return RaggedInts(next(iterator), next(iterator))
+            return RaggedInts(next(iterator), next(iterator), meta)
         if kind in ("optional", "key"):
             present = next(iterator)
             return (OptionalEntry if kind == "optional" else KeyEntry)(present, build(items[0]))

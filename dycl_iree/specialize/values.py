@@ -99,10 +99,14 @@ class RaggedInts:
     list of run-time length, each hypothesis's tokens are one slice of `values`, `xs[i]` is
     `values[bounds[i]:bounds[i + 1]]`, an append extends `values` and appends its new length to
     `bounds`, and `len` is one less than `bounds`'s. See `ragged_ints`.
+
+    `width` is the one length of every list, where export knows it (a comprehension's rows,
+    `[[token] for token in tokens]`), else None: `torch.tensor` of the lists needs it.
     """
 
     values: Value
     bounds: Value
+    width: int | None = None
 
 
 def is_unset_list(entry: Any) -> bool:
