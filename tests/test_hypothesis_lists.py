@@ -100,3 +100,30 @@ def test_an_index_known_only_at_run_time_keeps_the_other_dims_static():
     program = specialize(capture(PickRow().eval()), (torch.randn(1, 8), 0))
     (select,) = [n for n in iter_nodes(program.body) if isinstance(n, TensorOp) and n.target == "aten::select.int"]
     assert select.outputs[0].type.shape == (8,)
+
+
+Hypothesis = Tuple[List[int], torch.Tensor]  # noqa: UP006  (TorchScript reads the annotations)
+
+
+class NewHypotheses(nn.Module):
+    """`_gen_a_hypos`'s shape: new hypotheses where some token beat the bound, else an empty list,
+    which TorchScript folds into a constant."""
+
+    def forward(self, x: torch.Tensor, n: int) -> List[Hypothesis]:  # noqa: UP006
+        tokens: List[int] = []  # noqa: UP006
+        for i in range(n):
+            tokens.append(int(x[i % x.shape[0]].argmax()))
+        if tokens:
+            new_hypos = [([token], x[0] * float(token)) for token in tokens]
+        else:
+            new_hypos: List[Hypothesis] = []  # noqa: UP006
+        return new_hypos
+
+
+def test_a_branch_may_give_an_empty_list_of_hypotheses(tmp_path):
+    _, scripted, compiled, python = export_compiled(tmp_path, NewHypotheses(), (torch.randn(3, 4), 2), "new")
+    x = torch.randn(3, 4)
+    lengths = [len(check_hosts(scripted, (compiled, python), (x, n))) for n in (0, 1, 4)]
+    assert lengths == [0, 1, 4], lengths
+    (sides,) = python.decisions.values()
+    assert dict(sides) == {False: 1, True: 2}

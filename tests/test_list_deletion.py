@@ -76,3 +76,27 @@ def test_a_deletion_on_one_side_of_a_branch_is_kept_after_it(tmp_path):
     assert lengths == [3, 2, 2], lengths
     (sides,) = python.decisions.values()
     assert dict(sides) == {False: 1, True: 2}
+
+
+class DropWhileGrowing(nn.Module):
+    """`_remove_hypo`'s shape: each step searches the hypotheses so far and deletes one, then appends.
+    The search loop is first visited with the list that starts empty, whose tensors are no rows."""
+
+    def forward(self, x: torch.Tensor, n: int, drop: int) -> Hypotheses:
+        hyps: Hypotheses = []
+        for step in range(n):
+            for i in range(len(hyps)):
+                if i == drop:
+                    del hyps[i]
+                    break
+            hyps.append(([step], x * float(step)))
+        return hyps
+
+
+def test_a_list_that_starts_empty_loses_an_item_in_a_search_loop(tmp_path):
+    _, scripted, compiled, python = export_compiled(tmp_path, DropWhileGrowing(), (torch.ones(2), 3, 1), "search")
+    kept = []
+    for n, drop in ((0, 0), (3, 5), (4, 1)):
+        hyps = check_hosts(scripted, (compiled, python), (torch.arange(2.0), n, drop))
+        kept.append([tokens for tokens, _ in hyps])
+    assert kept == [[], [[0], [1], [2]], [[0], [3]]], kept  # never entered; never found; deleted each step

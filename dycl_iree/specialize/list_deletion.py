@@ -85,6 +85,9 @@ class ListDeletion:
             # bounds, `xs[:i]` and `xs[i + 1:]` concatenated, read back wrong from their segment.)
             stacked, length = items.value, self.list_length(items, source)
             count = self.emit_host("aten::sub.int", (length, Constant(1)), "int", source)
+            # The index check before made the length at least 1; a list that the example leaves
+            # empty has the example count -1, for which a meta `arange` cannot type its rows.
+            count = self.emit_host("prim::max.int", (count, Constant(0)), "int", source)
             arange, ge = overload_of("aten::arange.default"), overload_of("aten::ge.Scalar")
             add, gather = overload_of("aten::add.Tensor"), overload_of("aten::index_select.default")
             (rows,) = self.emit_tensor_op(arange, [count], [("dtype", Constant(torch.int64))], source, name="rows")

@@ -228,7 +228,13 @@ class _Specializer(
         if output.type().kind() == "NoneType":
             self.bind(output, Constant(None))
             return
-        self.bind(output, Constant(output.toIValue()))
+        value = output.toIValue()
+        if value == [] and output.type().kind() == "ListType" and scalar_list_kind(output.type()) is None:
+            # An empty list of tuples or tensors that TorchScript folded into a constant
+            # (`new_hypos: List[Hypothesis] = []`): the empty list a `[]` of that type makes.
+            self.bind(output, ListArg(()))
+            return
+        self.bind(output, Constant(value))
 
     def visit_tuple_unpack(self, node: torch._C.Node) -> None:
         tuple_entry = self.entry(node.input())
