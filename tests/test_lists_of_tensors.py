@@ -326,3 +326,35 @@ def test_a_tensor_sliced_from_a_run_time_start_keeps_its_rows(tmp_path):
             _same(host(x.numpy(), start), want)
         rows.add(want.shape[0])
     assert rows == {0, 1, 2, 3, 5}, rows
+
+
+class RightContext(nn.Module):
+    """Emformer's `_gen_right_context`: a slice of `right` frames after each segment, concatenated.
+    With `right` 0 every slice is empty, and so is the concatenation."""
+
+    def __init__(self, right: int) -> None:
+        super(RightContext, self).__init__()
+        self.right = right
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[0]
+        blocks: List[torch.Tensor] = []
+        for start in range(2, T, 2):
+            blocks.append(x[start : start + self.right])
+        blocks.append(x[T - self.right :])
+        context = torch.cat(blocks)
+        if float(x.sum()) > 0.0:
+            return torch.cat([context, x]) * 2.0
+        return torch.cat([context, x])
+
+
+@pytest.mark.parametrize("right", [0, 1])
+def test_a_concatenation_of_empty_slices_compiles(tmp_path, right):
+    from tests.conftest import check_hosts, export_compiled
+
+    _, scripted, compiled, python = export_compiled(tmp_path, RightContext(right), (torch.randn(6, 3),), "context")
+    for x in (torch.ones(6, 3), -torch.ones(6, 3)):
+        result = check_hosts(scripted, (compiled, python), (x,))
+        assert result.shape == (6 + 3 * right, 3)
+    (sides,) = python.decisions.values()
+    assert dict(sides) == {True: 1, False: 1}

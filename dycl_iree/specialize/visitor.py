@@ -561,6 +561,12 @@ class _Specializer(
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
+        if target == "aten::cat.default" and _static_empty(outputs[0].type):
+            # torch-mlir drops a cat's empty inputs, and iree-compile then refuses a concat of none
+            # ("'tensor.concat' op requires at least one input"): Emformer's right context of
+            # length 0. An empty result of static shape holds nothing but its shape: made so here.
+            empty = torch.zeros(outputs[0].type.shape, dtype=torch_dtype(outputs[0].type.dtype))
+            target, args, kwargs = "aten::clone.default", [Constant(empty)], []
         self.nodes.append(TensorOp(target, tuple(args), tuple(kwargs), tuple(outputs), source, returns))
         arguments = overload._schema.arguments
         if arguments and arguments[0].name == "size" and args and isinstance(args[0], ListArg):
@@ -748,6 +754,10 @@ _HANDLERS = {
     **STRUCTURED_HANDLERS,
     **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
+
+
+def _static_empty(type_: TensorType) -> bool:
+    return all(d is not None for d in type_.shape) and 0 in type_.shape
 
 
 def _whole_slice(target: str, args: list) -> bool:
