@@ -39,6 +39,7 @@ def decomposition_table() -> dict[Any, Any]:
     table.update(KEEPING_NAN)
     table[aten.nonzero_static.default] = nonzero_static_by_scatter
     table[aten.sort.default] = _without_reentry(sort_reading_its_values, table.get(aten.sort.default))
+    table[aten.topk.default] = _without_reentry(topk_reading_its_values, table.get(aten.topk.default))
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))
     table[aten.log2.default] = _logarithm_in_base(2.0)
@@ -547,6 +548,23 @@ def sort_reading_its_values(
     [[1.0, 2.0], [1, 0]]
     """
     values, indices = aten.sort.default(input, dim, descending)
+    if isinstance(input.shape[dim], int):
+        return values, indices
+    never = aten.logical_and.default(aten.ne.Tensor(values, values), aten.eq.Tensor(values, values))
+    return values, aten.where.ScalarSelf(never, -1, indices)
+
+
+def topk_reading_its_values(
+    input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`topk` along a dynamic dim, with indices that read the top values: the trap of
+    `sort_reading_its_values`, for a top-k whose values nothing reads (RNNTBeamSearch's
+    `_, sorted_idx = scores.topk(beam_width)`), whether k is known at export or not.
+
+    >>> [t.tolist() for t in topk_reading_its_values(torch.tensor([2.0, 1.0, 3.0]), 2)]
+    [[3.0, 2.0], [2, 0]]
+    """
+    values, indices = aten.topk.default(input, k, dim, largest, sorted)
     if isinstance(input.shape[dim], int):
         return values, indices
     never = aten.logical_and.default(aten.ne.Tensor(values, values), aten.eq.Tensor(values, values))

@@ -127,3 +127,27 @@ def test_a_branch_may_give_an_empty_list_of_hypotheses(tmp_path):
     assert lengths == [0, 1, 4], lengths
     (sides,) = python.decisions.values()
     assert dict(sides) == {False: 1, True: 2}
+
+
+class TopBeam(SortedBeam):
+    """The best `beam` hypotheses by their states' sums, as `_search` keeps its beam:
+    `_, sorted_idx = scores.topk(beam_width)`, whose top values nothing reads."""
+
+    def forward(self, x: torch.Tensor, n: int, beam: int) -> List[Tuple[List[int], State]]:  # noqa: UP006
+        hyps: List[Tuple[List[int], State]] = [([0], [[x[0] * 1.0]])]  # noqa: UP006
+        for i in range(n):
+            tokens, state = hyps[-1]
+            hyps.append((tokens + [i + 1], [[state[0][0] * 0.5 + x[(i + 1) % x.shape[0]]]]))
+        scores = torch.stack([state[0][0].sum() for _, state in hyps])
+        _, order = scores.topk(beam)
+        return [hyps[int(k)] for k in order]
+
+
+def test_the_beam_a_top_k_chose_from_a_list_of_run_time_length(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, TopBeam(), (torch.randn(3, 4), 2, 2), "top")
+    assert bundle.host == "compiled"
+    torch.manual_seed(5)
+    kept = []
+    for n, beam in ((0, 1), (3, 2), (5, 4)):
+        kept.append(len(check_hosts(scripted, (compiled, python), (torch.randn(3, 4), n, beam))))
+    assert kept == [1, 2, 4], kept
