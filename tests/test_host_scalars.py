@@ -252,3 +252,27 @@ def test_min_and_max_of_a_host_list_of_ints(tmp_path):
         scripted(x, 0)
     with pytest.raises(ValueError, match="empty"):
         python(x.numpy(), 0)
+
+
+class BestSum(nn.Module):
+    """The largest row sum so far, from `-float("inf")` (a beam search's first bound)."""
+
+    def forward(self, x, n: int):
+        best = -float("inf")
+        for i in range(n):
+            total = float(x[i % x.shape[0]].sum())
+            if total > best:
+                best = total
+        return best
+
+
+def test_an_infinite_float_bound_on_both_hosts(tmp_path):
+    model = BestSum()
+    scripted = torch.jit.script(model)
+    compiled, python = _bundle(tmp_path, model, (torch.zeros(3, 4), 2), "best")
+    x = torch.randn(3, 4)
+    for n in (0, 1, 3):
+        want = scripted(x, n)
+        for host in (compiled, python):
+            assert host(x.numpy(), n) == pytest.approx(want, rel=1e-6), (n, want)
+    assert scripted(x, 0) == -float("inf")

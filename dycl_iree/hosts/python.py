@@ -15,6 +15,8 @@ Example:
 from __future__ import annotations
 
 import keyword
+import math
+from typing import Any
 
 from host_runtime import scalar_ops
 
@@ -65,9 +67,9 @@ class _Writer(Emitter):
             return "[" + ", ".join(self.expr(a) for a in arg.items) + "]"
         value = arg.value
         if isinstance(value, (bool, int, float, str)) or value is None:
-            return repr(value)
+            return _literal(value)
         if isinstance(value, list) and all(isinstance(v, (bool, int, float)) for v in value):
-            return repr(value)
+            return "[" + ", ".join(_literal(v) for v in value) + "]"
         return "None"  # an uninitialized placeholder on a path that raised
 
     def targets(self, values: tuple[Value, ...]) -> str:
@@ -168,3 +170,11 @@ def synthesize_python(program: Program) -> str:
     ]
     footer = [f"        return ({', '.join(results)}{',' if len(results) == 1 else ''})", "", "    return main", ""]
     return "\n".join(header + writer.lines + footer)
+
+
+def _literal(value: Any) -> str:
+    """A constant as Python source: `repr`, but for the floats whose repr is no Python expression
+    (`-float("inf")`, a beam search's first bound, is `-inf`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    return repr(value)
