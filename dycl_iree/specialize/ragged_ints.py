@@ -109,15 +109,11 @@ class RaggedIntLists:
         return self.reconcile_ragged_ints(a, b, nodes_a, nodes_b, source)
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
-        """`xs.append(list)` and `del xs[i]` on a RaggedInts; another op on one is refused, naming it."""
-        if not (entries and isinstance(entries[0], RaggedInts)):
+        """`del xs[i]` on a RaggedInts; `xs.append(list)` is every list's (`values.append_to_list`),
+        and another op on one is refused, naming it."""
+        items, kind = entries[0] if entries else None, node.kind()
+        if not isinstance(items, RaggedInts) or (kind == "aten::append" and is_int_list(entries[1])):
             return super().refuse_structured(node, entries, source)
-        items, kind = entries[0], node.kind()
-        if kind == "aten::append" and is_int_list(entries[1]):
-            grown = self.append_to_ragged_ints(items, entries[1], source)
-            self.bind(node.inputsAt(0), grown)
-            self.bind(node.output(), grown)
-            return True
         if kind == "aten::Delete":
             length = self.ragged_ints_length(items, source)
             self.check_list_index(length, entries[1], source)
