@@ -115,12 +115,22 @@ def convolution_channels_last(
     if not all(isinstance(size, int) for size in weight.shape):
         return NotImplemented
     if groups > 1 and group_channels == 1 and out_channels == groups:
+        if not depthwise_as_taps(out_channels, input.shape[2:], stride):
+            return NotImplemented
         return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
     if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
         return pointwise_convolution_as_matmul(input, weight, bias, stride)
     if groups == 1 and input.dim() == 4 and _im2col_wins(group_channels, input.shape[2:], stride):
         return convolution_as_im2col_matmul(input, weight, bias, stride, padding, dilation)
     return NotImplemented
+
+
+def depthwise_as_taps(channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
+    """Whether a depthwise convolution is written as channels-last taps (`depthwise_convolution_as_taps`)
+    rather than left to IREE, which runs it in NCHW (its channels-last preprocessing converts no
+    depthwise convolution): the taps win at every MobileNetV2 shape measured (README, performance;
+    `benchmarks/conv_shapes.py`'s depthwise rows)."""
+    return True
 
 
 def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
@@ -240,9 +250,11 @@ def depthwise_convolution_as_taps(
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
+    activation: tuple[Any, ...] = (),
 ) -> torch.Tensor:
     """A depthwise 2-D convolution (any stride, padding, dilation) as each kernel tap times its
-    per-channel weights, summed element-wise in NHWC order.
+    per-channel weights, summed element-wise in NHWC order, then `activation` (an element-wise op
+    and its scalar arguments, `depthwise_convolution_activated`) in NHWC too.
 
     IREE's own depthwise convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC
     too; the taps fuse into one element-wise dispatch, each tap reading whole channel vectors and
@@ -264,7 +276,37 @@ def depthwise_convolution_as_taps(
         out = term if out is None else out + term
     if bias is not None:
         out = out + bias
+    if activation:
+        out = activation[0](out, *activation[1:])
     return _nchw(out)
+
+
+def depthwise_convolution_activated(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    activation: str,
+    *scalars: float,
+) -> torch.Tensor:
+    """`conv2d` (depthwise) then `activation` ("hardtanh", ReLU6's op, or "relu") with its `scalars`,
+    the activation on the taps' NHWC side where the convolution becomes taps (`lower._segment_graph`
+    writes MobileNetV2's conv + ReLU6 so). After `_nchw`, the ReLU6 sat between two transposes and
+    IREE ran it as a dispatch of its own reading and writing across the channels (16% of
+    MobileNetV2's time); in NHWC it fuses into the taps' dispatch.
+
+    >>> x, w, b = torch.randn(1, 3, 8, 8), torch.randn(3, 1, 3, 3), torch.randn(3)
+    >>> out = depthwise_convolution_activated(x, w, b, [2, 2], [1, 1], [1, 1], "hardtanh", 0.0, 6.0)
+    >>> torch.allclose(out, torch.nn.functional.relu6(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3)), atol=1e-5)
+    True
+    """
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    channels = weight.shape[0]
+    if input.dim() != 4 or not depthwise_as_taps(channels, input.shape[2:], stride):
+        return op(aten.conv2d.default(input, weight, bias, stride, padding, dilation, channels), *scalars)
+    return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation, (op, *scalars))
 
 
 def upsample_bilinear_as_matmul(

@@ -35,7 +35,7 @@ import torch.fx as fx
 from torch.export import Dim
 
 from . import winograd
-from .decompositions import decomposition_table
+from .decompositions import decomposition_table, depthwise_convolution_activated
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
@@ -427,6 +427,7 @@ def _segment_graph(
         stored = constant(("hwcf", id(weight)), weight.permute(2, 3, 1, 0).contiguous())
         return graph.call_function(torch.ops.aten.permute.default, (stored, [3, 2, 0, 1]))
 
+    depthwise: dict[Value, list] = {}  # a depthwise convolution's output: its arguments
     for position, op in enumerate(segment.nodes):
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
@@ -436,7 +437,13 @@ def _segment_graph(
             tile = _winograd_tile(overload, op.args[0], weight, args, kwargs)
             if not tile:
                 args[1] = filter_hwcf(weight)
-        if tile:
+                if _is_depthwise(overload, op, weight, args, kwargs):
+                    depthwise[op.outputs[0]] = args
+        activated = _activated_depthwise(overload, op, args, kwargs, depthwise)
+        if activated is not None:
+            # The convolution's own node stays for any other user; torch.export drops it if none.
+            node = graph.call_function(depthwise_convolution_activated, activated)
+        elif tile:
             # The filter transformed once, here, and stored as the constant (`winograd.transformed_filter`).
             transformed = constant(("winograd", tile, id(weight)), winograd.transformed_filter(weight, tile))
             padding = _winograd_padding(args, kwargs)
@@ -519,6 +526,33 @@ _CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding)  # padd
 def _conv2d_argument(args: list, kwargs: dict, index: int, name: str, default: Any) -> Any:
     """`aten::conv2d(input, weight, bias, stride, padding, dilation, groups)`'s argument, given or not."""
     return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+_ACTIVATIONS = {torch.ops.aten.hardtanh.default: "hardtanh", torch.ops.aten.relu.default: "relu"}
+
+
+def _is_depthwise(overload: Any, op: Any, weight: torch.Tensor, args: list, kwargs: dict) -> bool:
+    """Whether a conv2d of a constant filter is a depthwise one of a 4-D input, with every argument
+    given and its stride, padding and dilation known at export."""
+    if overload is not torch.ops.aten.conv2d.default or kwargs or len(args) != 7 or weight.dim() != 4:
+        return False
+    input = op.args[0]
+    if not isinstance(input, Value) or not isinstance(input.type, TensorType) or len(input.type.shape) != 4:
+        return False
+    for setting in args[3:6]:  # stride, padding, dilation
+        if not isinstance(setting, (list, tuple)) or not all(type(size) is int for size in setting):
+            return False
+    return weight.shape[1] == 1 and args[6] == weight.shape[0]
+
+
+def _activated_depthwise(overload: Any, op: Any, args: list, kwargs: dict, depthwise: dict) -> tuple | None:
+    """The arguments of `decompositions.depthwise_convolution_activated` for a ReLU6 (`hardtanh`) or
+    ReLU of a depthwise convolution's output (`depthwise`), with constant bounds; None otherwise."""
+    if overload not in _ACTIVATIONS or kwargs or not isinstance(op.args[0], Value) or op.args[0] not in depthwise:
+        return None
+    if not all(type(bound) in (int, float) for bound in args[1:]):
+        return None
+    return (*depthwise[op.args[0]][:6], _ACTIVATIONS[overload], *args[1:])
 
 
 def _winograd_padding(args: list, kwargs: dict) -> list[int]:

@@ -211,3 +211,57 @@ def test_winograd_convolutions_take_a_batch_that_varies(tmp_path: Path, monkeypa
             sample = torch.randn(batch, 128, 6, 6)
             expected = model(sample).numpy()
             np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+class DepthwiseBlock(nn.Module):
+    """MobileNet's depthwise convolutions: + ReLU6 (stride 1, with BN, which capture folds into the
+    filter), + ReLU (stride 2, dilated), one whose output a residual add reads besides its ReLU6,
+    and one with no activation; on both sides of a branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.second = nn.Conv2d(16, 16, 3, 2, 2, dilation=2, groups=16)
+        self.third = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.fourth = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        with torch.no_grad():  # BN statistics as a trained network's
+            self.first[1].running_mean.uniform_(-0.5, 0.5)
+            self.first[1].running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        if x.mean() > 1.0:
+            return torch.relu(self.second(h))
+        y = self.third(h)
+        return nn.functional.relu6(y) + y + self.fourth(h)
+
+
+def test_depthwise_activations_fuse_into_the_taps_and_match_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ReLU6 / ReLU after a depthwise convolution is applied on the taps' NHWC side
+    (`decompositions.depthwise_convolution_activated`), and the
+    outputs match PyTorch on both sides of the branch, NaN included."""
+    from dycl_iree import lower
+
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    activations = []
+
+    def recording(*args: Any) -> torch.Tensor:
+        activations.append(args[6])
+        return lower_activated(*args)
+
+    lower_activated = lower.depthwise_convolution_activated
+    monkeypatch.setattr(lower, "depthwise_convolution_activated", recording)
+    torch.manual_seed(0)
+    model = DepthwiseBlock().eval()
+    nan = torch.randn(1, 16, 10, 10)
+    nan[0, 3, 4, 5] = float("nan")
+    samples = [torch.randn(1, 16, 10, 10), torch.randn(1, 16, 10, 10) + 3.0, nan]
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "depthwise")
+    # Each activated convolution at least once (a segment may be traced more than once).
+    assert set(activations) == {"hardtanh", "relu"} and activations.count("hardtanh") >= 2, activations
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions

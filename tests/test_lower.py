@@ -63,6 +63,34 @@ def test_rewrite_matches_conv2d(name):
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+ACTIVATIONS = {"relu6": ("hardtanh", (0.0, 6.0)), "hardtanh default": ("hardtanh", ()), "relu": ("relu", ())}
+
+
+@pytest.mark.parametrize("taps", [True, False], ids=["taps", "left to IREE"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("name", sorted(name for name in CASES if name.startswith("depthwise")))
+def test_activated_depthwise_matches_conv2d_then_the_activation(name, activation, taps, monkeypatch):
+    """`depthwise_convolution_activated`: the activation on the taps' NHWC side, or (where the taps
+    are not taken) the convolution and the activation as they were."""
+    from dycl_iree import decompositions
+
+    monkeypatch.setattr(decompositions, "depthwise_as_taps", lambda *shape: taps)
+    input_shape, weight_shape, options = CASES[name]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(input_shape, generator=generator)
+    x[0, 0, 1, 1] = float("nan")  # kept, as PyTorch keeps it
+    weight = torch.randn(weight_shape, generator=generator)
+    options = dict(options)
+    bias = torch.randn(weight_shape[0], generator=generator) if options.pop("bias", False) else None
+    op, scalars = ACTIVATIONS[activation]
+    function = {"hardtanh": F.hardtanh, "relu": F.relu}[op]
+    expected = function(F.conv2d(x, weight, bias, **options), *scalars)
+    settings = [_pair(options.get(key, default)) for key, default in (("stride", 1), ("padding", 0), ("dilation", 1))]
+    actual = decompositions.depthwise_convolution_activated(x, weight, bias, *settings, op, *scalars)
+    assert actual.is_contiguous()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize(
     "weight_shape, groups, stride, padding",
     [
