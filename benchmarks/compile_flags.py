@@ -50,6 +50,7 @@ from dycl_iree import compile as compiling  # noqa: E402
 from dycl_iree import cpu_features, pipeline  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference, compare_outputs, flatten_outputs  # noqa: E402
 from dycl_iree.bundle import Bundle  # noqa: E402
+from models import ZOO  # noqa: E402
 from models.imagenet import MODELS, SAMPLES  # noqa: E402
 
 BASELINE = "current flags"
@@ -146,12 +147,15 @@ def export_variants(
 
 
 def realistic_model(model_name: str) -> tuple:
-    """`models/imagenet.py`'s model `model_name`: (model, example, dynamic shapes, samples, the
-    model's outputs on the samples)."""
-    made = MODELS[model_name]()
+    """`models/imagenet.py`'s model `model_name`, or the zoo's of that name: (model, example, dynamic
+    shapes, samples, the model's outputs on the samples)."""
+    if model_name not in MODELS and model_name in ZOO:
+        made, samples = ZOO[model_name].build(), ZOO[model_name].samples()
+    else:
+        made = MODELS[model_name]()
+        samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(made[1])]
     model, example = made[0].eval(), tuple(made[1])
     dynamic_shapes = made[2] if len(made) > 2 else None
-    samples = SAMPLES[model_name]() if model_name in SAMPLES else [tuple(example)]
     with torch.no_grad():
         expected = [model(*sample) for sample in samples]
     return model, example, dynamic_shapes, samples, expected

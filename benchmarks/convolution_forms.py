@@ -1,24 +1,28 @@
-"""Whether the exporter's Winograd convolutions, or its AVX2 matmul rule, make the deployment-size
-models faster on one thread, and keep them right.
+"""Whether the exporter's Winograd convolutions, its AVX2 matmul rule, its depthwise activations or
+IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls]
+        [--compare winograd|matmuls|depthwise|ukernels]
 
-Each model of `models/imagenet.py` is exported twice by `dycl_iree.export` (compiled host, the
-flags `llvm-cpu` gets on this machine): once as the exporter writes it (`winograd.output_tile`
-picks the 3x3 convolutions written as Winograd's F(2x2, 3x3)), once with every convolution in the
-form it had before (`output_tile` patched to 0: IREE's direct convolution, or im2col + matmul
-without AVX-512). With `--compare matmuls` the two exports differ instead in the AVX2 matmul rule
+Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
+exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
+once as the exporter writes it (`winograd.output_tile` picks the 3x3 convolutions written as
+Winograd's F(2x2, 3x3)), once with every convolution in the form it had before (`output_tile`
+patched to 0: IREE's direct convolution, or im2col + matmul without AVX-512). With `--compare
+matmuls` the two exports differ instead in the AVX2 matmul rule
 (`data_tiling.compile_flags(avx512=False)`: data tiling of the matmuls with few rows and a large
-weight, the 6 x 16 register tile for the other large ones), off (`cpu_features.has_avx2` patched
-to False: IREE's own choice for every matmul) or on as exported; it is measured on an AVX2 machine
-only. Both are checked against PyTorch eager on every sample and timed alternating in
-this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
-`compile_flags.time_alternating`, the same rules), with PyTorch eager (one thread) in the same
-alternation. `--cpu znver3` exports as for an AVX2 host on an
-AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs
-in the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
-Winograd too).
+weight, the 6 x 16 register tile for the other large ones), off (`cpu_features.has_avx2` patched to
+False: IREE's own choice for every matmul) or on as exported; it is measured on an AVX2 machine
+only. `--compare depthwise`: a depthwise convolution's ReLU6 / ReLU applied after the taps'
+transpose back to NCHW (`lower._activated_depthwise` patched to None) or on their NHWC side, as
+exported. `--compare ukernels`: the data-tiled matmuls with or without IREE's ukernels
+(`--iree-llvmcpu-enable-ukernels=all` added to `data_tiling.compile_flags`). Both are checked
+against PyTorch eager on every sample and timed alternating in this one process on `local-sync`, as
+CPU time per call (`compile_flags.check` and `compile_flags.time_alternating`, the same rules), with
+PyTorch eager (one thread) in the same alternation. `--cpu znver3` exports as for an AVX2 host on an
+AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs in
+the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
+baseline form too).
 """
 
 from __future__ import annotations
@@ -39,10 +43,18 @@ import torch  # noqa: E402
 from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
-from dycl_iree import cpu_features, winograd  # noqa: E402
+from dycl_iree import cpu_features, data_tiling, lower, winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
+
+_TILING_FLAGS = data_tiling.compile_flags
+
+
+def _with_all_ukernels(**rule: bool) -> list[str]:
+    """The data-tiling rule's flags with IREE's ukernels for the matmuls it data-tiles."""
+    return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
+
 
 # Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
 # None to keep it).
@@ -54,6 +66,14 @@ COMPARISONS = {
     "matmuls": {
         "IREE's matmul tiles": (cpu_features, "has_avx2", lambda: False),
         "as exported (AVX2 matmul rule)": (cpu_features, "has_avx2", None),
+    },
+    "depthwise": {
+        "activation after the taps' transpose": (lower, "_activated_depthwise", lambda *args: None),
+        "as exported (activation on the taps' NHWC side)": (lower, "_activated_depthwise", None),
+    },
+    "ukernels": {
+        "as exported": (data_tiling, "compile_flags", None),
+        "data-tiled matmuls with IREE's ukernels": (data_tiling, "compile_flags", _with_all_ukernels),
     },
 }
 
