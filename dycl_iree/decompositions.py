@@ -126,10 +126,8 @@ def convolution_channels_last(
 
 
 def depthwise_as_taps(channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
-    """Whether a depthwise convolution is written as channels-last taps (`depthwise_convolution_as_taps`)
-    rather than left to IREE, which runs it in NCHW (its channels-last preprocessing converts no
-    depthwise convolution): the taps win at every MobileNetV2 shape measured (README, performance;
-    `benchmarks/conv_shapes.py`'s depthwise rows)."""
+    """Whether a depthwise convolution becomes taps rather than IREE's own, which it runs in NCHW
+    (4-6x slower at every MobileNetV2 shape: README, performance)."""
     return True
 
 
@@ -243,6 +241,13 @@ def pointwise_convolution_as_matmul(
     return _nchw(out.reshape(batch, height, width, out_channels))
 
 
+# Whether the taps' weights are divided by their channel's largest magnitude and the sum multiplied
+# by it: the same to a few ulps, but IREE 3.13 then fuses every tap into one dispatch, where it
+# split a plain sum of 3x3 taps in two (one tap alone writing a whole tensor the other eight read).
+# MobileNetV2's depthwise blocks, AVX2, one thread (`benchmarks/conv_shapes.py`): 1.2-1.5x.
+SCALED_TAPS = True
+
+
 def depthwise_convolution_as_taps(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -253,8 +258,9 @@ def depthwise_convolution_as_taps(
     activation: tuple[Any, ...] = (),
 ) -> torch.Tensor:
     """A depthwise 2-D convolution (any stride, padding, dilation) as each kernel tap times its
-    per-channel weights, summed element-wise in NHWC order, then `activation` (an element-wise op
-    and its scalar arguments, `depthwise_convolution_activated`) in NHWC too.
+    per-channel weights, summed element-wise in NHWC order (the weights scaled per channel and the
+    sum scaled back, `SCALED_TAPS`), then `activation` (an element-wise op and its scalar arguments,
+    `depthwise_convolution_activated`) in NHWC too.
 
     IREE's own depthwise convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC
     too; the taps fuse into one element-wise dispatch, each tap reading whole channel vectors and
@@ -270,10 +276,16 @@ def depthwise_convolution_as_taps(
     out_channels, _, kernel_h, kernel_w = weight.shape
     taps, _, _ = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation, 0.0)
     tap_weights = aten.permute(weight, [2, 3, 1, 0]).reshape(kernel_h * kernel_w, out_channels)
+    scale = None
+    if SCALED_TAPS:
+        scale = aten.amax(aten.abs(tap_weights), [0])
+        scale = aten.where.self(aten.gt(scale, 0.0), scale, aten.ones_like(scale))
+        tap_weights = tap_weights / scale
     out = None
     for index, tap in enumerate(taps):
         term = tap * aten.select(tap_weights, 0, index)
         out = term if out is None else out + term
+    out = out * scale if scale is not None else out
     if bias is not None:
         out = out + bias
     if activation:
@@ -292,10 +304,9 @@ def depthwise_convolution_activated(
     *scalars: float,
 ) -> torch.Tensor:
     """`conv2d` (depthwise) then `activation` ("hardtanh", ReLU6's op, or "relu") with its `scalars`,
-    the activation on the taps' NHWC side where the convolution becomes taps (`lower._segment_graph`
-    writes MobileNetV2's conv + ReLU6 so). After `_nchw`, the ReLU6 sat between two transposes and
-    IREE ran it as a dispatch of its own reading and writing across the channels (16% of
-    MobileNetV2's time); in NHWC it fuses into the taps' dispatch.
+    on the taps' NHWC side where the convolution becomes taps (`lower._segment_graph` writes
+    MobileNetV2's conv + ReLU6 so): after `_nchw`, IREE ran taps, transpose and ReLU6 as one
+    dispatch iterating in NCHW order. Measured neutral on MobileNetV2 (README, performance).
 
     >>> x, w, b = torch.randn(1, 3, 8, 8), torch.randn(3, 1, 3, 3), torch.randn(3)
     >>> out = depthwise_convolution_activated(x, w, b, [2, 2], [1, 1], [1, 1], "hardtanh", 0.0, 6.0)
@@ -303,9 +314,8 @@ def depthwise_convolution_activated(
     True
     """
     op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
-    channels = weight.shape[0]
-    if input.dim() != 4 or not depthwise_as_taps(channels, input.shape[2:], stride):
-        return op(aten.conv2d.default(input, weight, bias, stride, padding, dilation, channels), *scalars)
+    if input.dim() != 4 or not depthwise_as_taps(weight.shape[0], input.shape[2:], stride):
+        return op(aten.conv2d.default(input, weight, bias, stride, padding, dilation, weight.shape[0]), *scalars)
     return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation, (op, *scalars))
 
 

@@ -66,20 +66,23 @@ def test_rewrite_matches_conv2d(name):
 ACTIVATIONS = {"relu6": ("hardtanh", (0.0, 6.0)), "hardtanh default": ("hardtanh", ()), "relu": ("relu", ())}
 
 
-@pytest.mark.parametrize("taps", [True, False], ids=["taps", "left to IREE"])
+@pytest.mark.parametrize("form", ["scaled taps", "taps", "left to IREE"])
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("name", sorted(name for name in CASES if name.startswith("depthwise")))
-def test_activated_depthwise_matches_conv2d_then_the_activation(name, activation, taps, monkeypatch):
-    """`depthwise_convolution_activated`: the activation on the taps' NHWC side, or (where the taps
-    are not taken) the convolution and the activation as they were."""
+def test_activated_depthwise_matches_conv2d_then_the_activation(name, activation, form, monkeypatch):
+    """`depthwise_convolution_activated`: the activation on the taps' NHWC side (their weights scaled
+    per channel or not, `SCALED_TAPS`), or (where the taps are not taken) the convolution and the
+    activation as they were."""
     from dycl_iree import decompositions
 
-    monkeypatch.setattr(decompositions, "depthwise_as_taps", lambda *shape: taps)
+    monkeypatch.setattr(decompositions, "depthwise_as_taps", lambda *shape: form != "left to IREE")
+    monkeypatch.setattr(decompositions, "SCALED_TAPS", form == "scaled taps")
     input_shape, weight_shape, options = CASES[name]
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(input_shape, generator=generator)
     x[0, 0, 1, 1] = float("nan")  # kept, as PyTorch keeps it
     weight = torch.randn(weight_shape, generator=generator)
+    weight[0] = 0.0  # a channel of zero weights: its scale is 1, not 0
     options = dict(options)
     bias = torch.randn(weight_shape[0], generator=generator) if options.pop("bias", False) else None
     op, scalars = ACTIVATIONS[activation]
