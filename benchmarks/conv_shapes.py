@@ -40,7 +40,9 @@ the machine is shared, and wall time counts the other jobs too):
   patched to False), which runs them in NCHW; `AVX2 taps + padding fused`: the taps with
   `--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops`; `AVX2 taps + NHWC
   BN/ReLU6` (`+ padding fused`): the block written with BN and ReLU6 after its permute back to
-  NHWC, which is what `lower` now makes of a depthwise convolution + ReLU6;
+  NHWC; `AVX2 taps + ReLU6 after the transpose`: the exporter's taps with the activation after
+  their transpose back to NCHW (`lower._activated_depthwise` off, the form before it); `AVX2
+  unscaled taps` (`+ ReLU6 after the transpose`): without `decompositions.SCALED_TAPS`;
 - `SGEMM`: `torch.mm` of the convolution's im2col matrices ([pixels, k*k*C] by [k*k*C, F]).
 
 Under each row, the largest error of each column against the float64 convolution, over the largest
@@ -72,7 +74,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import compile as compile_flags  # noqa: E402
-from dycl_iree import cpu_features, data_tiling, decompositions, winograd  # noqa: E402
+from dycl_iree import cpu_features, data_tiling, decompositions, lower, winograd  # noqa: E402
 
 # name: (in channels, out channels, input size, kernel, stride, padding, groups)
 SHAPES = {
@@ -177,8 +179,10 @@ class Variant(NamedTuple):
     output tile every 3x3 stride-1 convolution takes (0: none; None: `winograd.output_tile`'s
     choice), whether depthwise convolutions are written as taps (False: IREE's own depthwise
     convolution, which it runs in NCHW), flags added after the data-tiling rule's (`tiling_extra`,
-    and `opt_tiling`, the flag that turns on the data tiling the rule's spec marks), and whether a
-    depthwise block's BN + ReLU6 come after its permute back to NHWC (`DepthwiseBlock`)."""
+    and `opt_tiling`, the flag that turns on the data tiling the rule's spec marks), whether a
+    depthwise block's BN + ReLU6 come after its permute back to NHWC (`DepthwiseBlock`), and
+    whether the exporter applies a depthwise convolution's activation on the taps' NHWC side
+    (`lower._activated_depthwise`; False: after their transpose, the form before)."""
 
     flags: list[str]
     avx512: bool
@@ -188,6 +192,8 @@ class Variant(NamedTuple):
     tiling_extra: tuple[str, ...] = ()
     opt_tiling: str = "--iree-opt-data-tiling"
     epilogue_nhwc: bool = False
+    activation_in_nhwc: bool = True
+    scaled_taps: bool = True
 
 
 def _variants() -> dict[str, Variant]:
@@ -229,6 +235,11 @@ def _variants() -> dict[str, Variant]:
         # Depthwise forms: IREE's own depthwise convolution, the taps with the padding fused into
         # them, and the taps with BN + ReLU6 on their NHWC side (with and without that padding).
         "AVX2 IREE depthwise": Variant(avx2, False, True, None, taps=False),
+        "AVX2 taps + ReLU6 after the transpose": Variant(avx2, False, True, None, activation_in_nhwc=False),
+        "AVX2 unscaled taps + ReLU6 after the transpose": Variant(
+            avx2, False, True, None, activation_in_nhwc=False, scaled_taps=False
+        ),
+        "AVX2 unscaled taps": Variant(avx2, False, True, None, scaled_taps=False),
         "AVX2 taps + padding fused": Variant(avx2 + [fuse_padding], False, True, None),
         "AVX2 taps + NHWC BN/ReLU6": Variant(avx2, False, True, None, epilogue_nhwc=True),
         "AVX2 taps + NHWC BN/ReLU6 + padding fused": Variant(
@@ -261,6 +272,10 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
     if variant.tile is not None:
         winograd.output_tile = lambda *shape: variant.tile
     decompositions.depthwise_as_taps = lambda *shape: variant.taps
+    saved_activated, saved_scaled = lower._activated_depthwise, decompositions.SCALED_TAPS
+    decompositions.SCALED_TAPS = variant.scaled_taps
+    if not variant.activation_in_nhwc:
+        lower._activated_depthwise = lambda *args: None
     try:
         bundle = dycl_iree.export(model, (example,))
     finally:
@@ -269,6 +284,8 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         data_tiling.compile_flags = saved_tiling
         winograd.output_tile = saved_tile
         decompositions.depthwise_as_taps = saved_taps
+        lower._activated_depthwise = saved_activated
+        decompositions.SCALED_TAPS = saved_scaled
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
 
 

@@ -2,7 +2,7 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls|depthwise|ukernels]
+        [--compare winograd|matmuls|depthwise|scaled-taps|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -15,14 +15,16 @@ weight, the 6 x 16 register tile for the other large ones), off (`cpu_features.h
 False: IREE's own choice for every matmul) or on as exported; it is measured on an AVX2 machine
 only. `--compare depthwise`: a depthwise convolution's ReLU6 / ReLU applied after the taps'
 transpose back to NCHW (`lower._activated_depthwise` patched to None) or on their NHWC side, as
-exported. `--compare ukernels`: the data-tiled matmuls with or without IREE's ukernels
-(`--iree-llvmcpu-enable-ukernels=all` added to `data_tiling.compile_flags`). Both are checked
-against PyTorch eager on every sample and timed alternating in this one process on `local-sync`, as
-CPU time per call (`compile_flags.check` and `compile_flags.time_alternating`, the same rules), with
-PyTorch eager (one thread) in the same alternation. `--cpu znver3` exports as for an AVX2 host on an
-AVX-512 machine (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs in
-the same alternation, for reference (checked by `bench`, not here; its ratio is to the form without
-baseline form too).
+exported. `--compare scaled-taps`: depthwise taps with their weights divided by the channel's
+largest and the sum multiplied by it (`decompositions.SCALED_TAPS`), or not. `--compare ukernels`:
+the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
+to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
+alternating in this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
+`compile_flags.time_alternating`, the same rules), with PyTorch eager (one thread) in the same
+alternation. `--cpu znver3` exports as for an AVX2 host on an AVX-512 machine
+(`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs in the same
+alternation, for reference (checked by `bench`, not here; its ratio is to the form without baseline
+form too).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import torch  # noqa: E402
 from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
-from dycl_iree import cpu_features, data_tiling, lower, winograd  # noqa: E402
+from dycl_iree import cpu_features, data_tiling, decompositions, lower, winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
@@ -70,6 +72,10 @@ COMPARISONS = {
     "depthwise": {
         "activation after the taps' transpose": (lower, "_activated_depthwise", lambda *args: None),
         "as exported (activation on the taps' NHWC side)": (lower, "_activated_depthwise", None),
+    },
+    "scaled-taps": {
+        "unscaled taps": (decompositions, "SCALED_TAPS", False),
+        "as exported (scaled taps)": (decompositions, "SCALED_TAPS", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),
