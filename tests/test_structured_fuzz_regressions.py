@@ -454,11 +454,6 @@ def test_pieces_stacked_after_a_loop_match_pytorch_and_a_wrong_width_raises_on_t
             python(x.numpy(), 2)
 
 
-@pytest.mark.xfail(
-    reason="IREE 3.13 runs the kernels after a failed assert before it (README, Known traps): the "
-    "compiled host may abort the process on a piece wider than the list's instead of raising",
-    strict=False,
-)
 def test_a_check_that_fails_stops_the_call_before_the_kernel_it_guards(tmp_path):
     import subprocess
     import sys

@@ -49,6 +49,7 @@ from ..program import (
 from ..random_state import global_seed_draws
 from ..sources import relative_sources
 from ..specialize.values import UNINITIALIZED
+from .checks import CheckedCalls
 from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
 from .empties import RunTimeEmpties
 from .scalars import emit_scalar_op
@@ -243,7 +244,7 @@ def _float_literal(value: float) -> str:
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter(RunTimeEmpties, ControlFlowEmitter, Emitter):
+class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
     def __init__(
         self, signatures: dict[str, tuple[list[str], list[str]]], seeded: dict[str, list[TensorOp]] | None = None
     ) -> None:
@@ -265,8 +266,11 @@ class _Emitter(RunTimeEmpties, ControlFlowEmitter, Emitter):
         # each one so that the manifest lists them all, not only the first.
         self.unsupported: list[str] = []
         self.dropped: set[Value] = set()  # the outputs of the nodes reported there
+        self.pending_checks: list[str] = []  # `checks.CheckedCalls`
 
     def block(self, block: Block) -> None:
+        outer_checks = self.pending_checks
+        self.pending_checks = list(outer_checks)
         for node in block.nodes:
             depth, names, types, where = self.depth, dict(self.names), dict(self.types), list(self.where)
             try:
@@ -286,6 +290,7 @@ class _Emitter(RunTimeEmpties, ControlFlowEmitter, Emitter):
             for value in node.outputs:
                 self.names.pop(value, None)
                 self.dropped.add(value)
+        self.pending_checks = outer_checks
 
     def emit(self, line: str) -> None:
         # Every op carries the decision it lies in as its location, so that an iree-compile error
@@ -400,7 +405,7 @@ class _Emitter(RunTimeEmpties, ControlFlowEmitter, Emitter):
         params, results = self.signatures[node.segment]
         for arg in node.args:
             self.across_a_loop(arg)
-        operands = [self.operand(arg, want)[0] for arg, want in zip(node.args, params)]
+        operands = self.gated([self.operand(arg, want)[0] for arg, want in zip(node.args, params)], params)
         result = self.fresh()
         count = len(results)
         target = result if count == 1 else f"{result}:{count}"
@@ -512,6 +517,7 @@ class _Emitter(RunTimeEmpties, ControlFlowEmitter, Emitter):
         self.emit(f"{below} = torch.aten.lt.int {index_name}, {high_name} : !torch.int, !torch.int -> !torch.bool")
         self.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
         self.emit(f'torch.runtime.assert {inside}, "{self.message_text(message.value, "")}"')
+        self.checked(inside)  # the next segment call waits for it (`checks.py`)
 
     @staticmethod
     def message_text(message: str, source: str) -> str:
