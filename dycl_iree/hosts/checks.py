@@ -29,6 +29,7 @@ class CheckedCalls:
     (`block` of the emitter saves and restores it), and a region sees the checks before it."""
 
     pending_checks: list[str]
+    loop_carried: set[str]  # the names of the values loops carry, in their bodies (`control_flow.loop`)
 
     def checked(self, inside: str) -> None:
         self.pending_checks.append(inside)
@@ -39,7 +40,15 @@ class CheckedCalls:
         if not self.pending_checks:
             return operands
         checks, self.pending_checks = self.pending_checks, []
-        tensors = [position for position, type_text in enumerate(types) if _is_mapped_tensor(type_text)]
+        # Not the values a loop carries, read in its body: behind barriers there, on the branch's
+        # sides, Tacotron2's decode loop (its alignments, carried and appended to) crashed the
+        # process (SIGSEGV) on the compiled host. A kernel that reads a carried tensor and a fresh
+        # one (the piece a list appends) still waits for the fresh one.
+        tensors = [
+            position
+            for position, (name, type_text) in enumerate(zip(operands, types))
+            if _is_mapped_tensor(type_text) and name not in self.loop_carried
+        ]
         if not tensors:
             return operands
         ok = checks[0]

@@ -267,6 +267,7 @@ class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
         self.unsupported: list[str] = []
         self.dropped: set[Value] = set()  # the outputs of the nodes reported there
         self.pending_checks: list[str] = []  # `checks.CheckedCalls`
+        self.loop_carried: set[str] = set()
 
     def block(self, block: Block) -> None:
         outer_checks = self.pending_checks

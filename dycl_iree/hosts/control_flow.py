@@ -157,6 +157,7 @@ class ControlFlowEmitter:
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
+        self.loop_carried.update(params)  # `checks.CheckedCalls.gated` leaves them alone
         self.enclosing_loops = enclosing + 1
         following, next_values, go = self.loop_body(node, counter, params, types, trip)
         self.enclosing_loops = enclosing
