@@ -16,6 +16,10 @@ again). Gating the sizes instead (an int out of the branch, the tensor tied to i
 size IREE could not prove equal to that of the same tensor read elsewhere, and the zoo's
 Transformer translator, whose decoder loop reads its growing input both ways, returned wrong tokens
 on 4 of its 6 samples (a heap corruption without the barrier on the tied tensor).
+
+The values a loop carries, read in its body, do not pass the gate (a barrier on them there crashed
+Tacotron2's decode loop), so a kernel that reads only those and ints can still run before a failing
+check: the gate orders the kernels that read a tensor made since the loop's last iteration began.
 """
 
 from __future__ import annotations
