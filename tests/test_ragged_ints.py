@@ -9,7 +9,6 @@ from typing import List, Tuple
 import torch
 from torch import nn
 
-import dycl_iree
 from host_runtime.output_tree import build_outputs, check_tree, describe_tree, flatten_outputs
 from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
@@ -81,7 +80,7 @@ def test_an_index_past_either_end_raises_on_both_hosts(tmp_path):
 
 
 class FloatScores(nn.Module):
-    """The same beam with float scores: a host list of floats, which only the Python host carries."""
+    """The same beam with float scores: a host list of floats (`tests/test_float_lists.py`)."""
 
     def forward(self, x: torch.Tensor, n: int) -> List[Tuple[List[int], float]]:  # noqa: UP006  (TorchScript reads the annotations)
         hyps: List[Tuple[List[int], float]] = [([0], 0.0)]  # noqa: UP006  (TorchScript reads the annotations)
@@ -94,14 +93,10 @@ class FloatScores(nn.Module):
         return hyps
 
 
-def test_float_scores_take_the_python_host_which_names_them(tmp_path):
-    bundle = dycl_iree.export(FloatScores().eval(), (torch.randn(3, 4), 4))
-    assert bundle.host == "python"
-    reason = bundle.manifest["compiled_host_unsupported"]
-    assert "lists of float that change at run time" in reason and "aten::slice" not in reason, reason
-    python = dycl_iree.load(bundle.save(tmp_path / "floats.dycl"), host="python", record=True)
-    scripted = torch.jit.script(FloatScores().eval())
-    lengths = {len(check_hosts(scripted, (python,), inputs)) for inputs in _inputs()}
+def test_float_scores_take_the_compiled_host(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, FloatScores(), (torch.randn(3, 4), 4), "floats")
+    assert bundle.host == "compiled"
+    lengths = {len(check_hosts(scripted, (compiled, python), inputs)) for inputs in _inputs()}
     assert lengths >= {1, 2, 3, 7}, lengths
 
 

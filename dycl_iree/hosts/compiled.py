@@ -36,7 +36,6 @@ from ..program import (
     Emitter,
     HostOp,
     ListArg,
-    ListType,
     Program,
     ScalarType,
     SegmentCall,
@@ -52,8 +51,9 @@ from ..specialize.values import UNINITIALIZED
 from .checks import CheckedCalls
 from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
 from .empties import RunTimeEmpties
+from .lists import LIST_OPS, ScalarLists
 from .scalars import emit_scalar_op
-from .types import DTYPE_CODES, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
+from .types import DTYPE_CODES, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
 # other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
@@ -91,149 +91,6 @@ _FLOAT_COMPARISONS = {
 }
 
 
-def _list_construct(emitter: _Emitter, node: HostOp, result: str) -> str:
-    mlir_type(node.outputs[0].type)  # refuses lists of other element types
-    emitter.int_list(node.args, result)
-    return INT_LIST
-
-
-def _list_append(emitter: _Emitter, node: HostOp, result: str) -> str:
-    mlir_type(node.outputs[0].type)
-    items, _ = emitter.operand(node.args[0], INT_LIST)
-    row = emitter.fresh()
-    emitter.of_unknown_length(emitter.int_element(node.args[1]), "!torch.vtensor<[1],si64>", 1, row)
-    emitter.concatenate([items, row], [INT_LIST, INT_LIST], result)
-    return INT_LIST
-
-
-def _list_length(emitter: _Emitter, node: HostOp, result: str) -> str:
-    items, _ = emitter.operand(node.args[0], INT_LIST)
-    zero = emitter.constant(0, None)[0]
-    emitter.emit(f"{result} = torch.aten.size.int {items}, {zero} : {INT_LIST}, !torch.int -> !torch.int")
-    return "!torch.int"
-
-
-def _list_to_tensor(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """`torch.tensor(list)` of ints: the list already is that tensor (int64 is all it can be here)."""
-    data, dtype = node.args
-    want = mlir_type(node.outputs[0].type)
-    if isinstance(data, Value) and isinstance(data.type, ScalarType):
-        return _scalar_to_tensor(emitter, data, dtype.value, want, result)
-    if dtype.value != "int64":
-        raise CompiledHostUnsupported(f"torch.tensor of a run-time list as {dtype.value}")
-    if isinstance(data, ListArg):
-        if any(isinstance(item, Value) and item.type != ScalarType("int") for item in data.items):
-            raise CompiledHostUnsupported("torch.tensor of a list that is not of ints")
-        built = emitter.fresh()
-        emitter.int_list(data.items, built)
-        emitter.emit(f"{result} = torch.tensor_static_info_cast {built} : {INT_LIST} to {want}")
-        return want
-    if not isinstance(data, Value) or not isinstance(data.type, ListType):
-        raise CompiledHostUnsupported("torch.tensor of a host value that is neither a scalar nor a list")
-    items, _ = emitter.operand(data, INT_LIST)
-    emitter.emit(f"{result} = torch.tensor_static_info_cast {items} : {INT_LIST} to {want}")
-    return want
-
-
-def _scalar_to_tensor(emitter: _Emitter, data: Value, dtype: str, want: str, result: str) -> str:
-    """`torch.tensor(i)` of a host int or float (a counter, a value read back): a 0-d tensor."""
-    operand, have = emitter.operand(data)
-    if data.type.kind == "int" and dtype == "int64":
-        emitter.emit(f"{result} = torch.prim.NumToTensor.Scalar {operand} : !torch.int -> {want}")
-        return want
-    if data.type.kind == "float" and dtype == "float64":
-        emitter.emit(f"{result} = torch.prim.NumToTensor.Scalar {operand} : !torch.float -> {want}")
-        return want
-    if data.type.kind in ("int", "float") and dtype == "float32":
-        narrow = emitter.cast(emitter.operand(data, "!torch.float")[0], "!torch.float", want)
-        emitter.emit(f"{result} = torch.tensor_static_info_cast {narrow} : {want} to {want}")
-        return want
-    raise CompiledHostUnsupported(f"torch.tensor of a host {data.type.kind} as {dtype}")
-
-
-def _list_join(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """`xs + ys` of two lists of ints: one concatenation."""
-    mlir_type(node.outputs[0].type)
-    parts = [emitter.operand(arg, INT_LIST)[0] for arg in node.args]
-    emitter.concatenate(parts, [INT_LIST, INT_LIST], result)
-    return INT_LIST
-
-
-def _list_item(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """`xs[i]` of a list of ints, after Python's check (-len <= i < len: a `select` past either end
-    would read outside the buffer). The list twice over, selected at i + len, is xs[i] for either
-    sign of i, with no branch."""
-    if not (isinstance(node.outputs[0].type, ScalarType) and node.outputs[0].type.kind == "int"):
-        raise CompiledHostUnsupported(f"an item of a list of {node.outputs[0].type} ({node.source})")
-    items, _ = emitter.operand(node.args[0], INT_LIST)
-    index, _ = emitter.operand(node.args[1], "!torch.int")
-    zero, minus_one = emitter.constant(0, None)[0], emitter.constant(-1, None)[0]
-    length, low, above, below, inside, shifted, twice, item = (emitter.fresh() for _ in range(8))
-    emitter.emit(f"{length} = torch.aten.size.int {items}, {zero} : {INT_LIST}, !torch.int -> !torch.int")
-    emitter.emit(f"{low} = torch.aten.mul.int {length}, {minus_one} : !torch.int, !torch.int -> !torch.int")
-    emitter.emit(f"{above} = torch.aten.ge.int {index}, {low} : !torch.int, !torch.int -> !torch.bool")
-    emitter.emit(f"{below} = torch.aten.lt.int {index}, {length} : !torch.int, !torch.int -> !torch.bool")
-    emitter.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
-    message = emitter.message_text("IndexError: list index out of range", node.source)
-    emitter.emit(f'torch.runtime.assert {inside}, "{message}"')
-    emitter.emit(f"{shifted} = torch.aten.add.int {index}, {length} : !torch.int, !torch.int -> !torch.int")
-    emitter.concatenate([items, items], [INT_LIST, INT_LIST], twice)
-    emitter.emit(
-        f"{item} = torch.aten.select.int {twice}, {zero}, {shifted} : "
-        f"{INT_LIST}, !torch.int, !torch.int -> !torch.vtensor<[],si64>"
-    )
-    emitter.emit(f"{result} = torch.aten.Int.Tensor {item} : !torch.vtensor<[],si64> -> !torch.int")
-    return "!torch.int"
-
-
-def _list_slice(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """`xs[a:b]` of a list of ints (step 1): a tensor slice, which clamps and wraps as Python's does."""
-    items_arg, start_arg, end_arg, step = node.args
-    if not (isinstance(step, Constant) and step.value == 1):
-        raise CompiledHostUnsupported(f"a slice of a list with a step other than 1 ({node.source})")
-    items, _ = emitter.operand(items_arg, INT_LIST)
-    start, end = (emitter.operand(arg, "!torch.int")[0] for arg in (start_arg, end_arg))
-    zero, one = emitter.constant(0, None)[0], emitter.constant(1, None)[0]
-    emitter.emit(
-        f"{result} = torch.aten.slice.Tensor {items}, {zero}, {start}, {end}, {one} : "
-        f"{INT_LIST}, !torch.int, !torch.int, !torch.int, !torch.int -> {INT_LIST}"
-    )
-    return INT_LIST
-
-
-def _add_to_ints(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """Every int of a list moved by one amount: a tensor add of the scalar."""
-    items, _ = emitter.operand(node.args[0], INT_LIST)
-    delta, _ = emitter.operand(node.args[1], "!torch.int")
-    one = emitter.constant(1, None)[0]
-    emitter.emit(
-        f"{result} = torch.aten.add.Scalar {items}, {delta}, {one} : {INT_LIST}, !torch.int, !torch.int -> {INT_LIST}"
-    )
-    return INT_LIST
-
-
-def _python_host_only(emitter: _Emitter, node: HostOp, result: str) -> str:
-    """Comparing two lists of ints and finding one among others (a dict keyed by `str(tokens)`):
-    not expressed in `main` yet; the reason names the operation."""
-    raise CompiledHostUnsupported(f"host operation {node.target} ({node.source})")
-
-
-# Host ops on lists of ints, emitted as tensor ops in `main`.
-_LIST_OPS = {
-    "aten::eq.int_list": _python_host_only,
-    "aten::ne.int_list": _python_host_only,
-    "dycl::rfind_int_list": _python_host_only,
-    "dycl::add_to_ints": _add_to_ints,
-    "prim::ListConstruct": _list_construct,
-    "aten::append.t": _list_append,
-    "aten::len.t": _list_length,
-    "aten::tensor": _list_to_tensor,
-    "aten::add.t": _list_join,
-    "aten::__getitem__.t": _list_item,
-    "aten::slice.t": _list_slice,
-}
-
-
 class _DependsOnUnsupported(CompiledHostUnsupported):
     """A node reads a value whose producer the compiled host could not express (reported there)."""
 
@@ -244,7 +101,7 @@ def _float_literal(value: float) -> str:
     return "0x" + struct.pack(">d", value).hex().upper()
 
 
-class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
+class _Emitter(CheckedCalls, ScalarLists, RunTimeEmpties, ControlFlowEmitter, Emitter):
     def __init__(
         self, signatures: dict[str, tuple[list[str], list[str]]], seeded: dict[str, list[TensorOp]] | None = None
     ) -> None:
@@ -463,8 +320,8 @@ class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
         elif target in _FLOAT_COMPARISONS:
             result_type = "!torch.bool"
             self.float_comparison(_FLOAT_COMPARISONS[target], node.args, result)
-        elif target in _LIST_OPS:
-            result_type = _LIST_OPS[target](self, node, result)
+        elif target in LIST_OPS:
+            result_type = LIST_OPS[target](self, node, result)
         elif target in _LEGAL_HOST_OPS:
             args = node.args
             result_type = _LEGAL_HOST_OPS[target]
@@ -547,58 +404,9 @@ class _Emitter(CheckedCalls, RunTimeEmpties, ControlFlowEmitter, Emitter):
         )
         self.emit(f"{result} = torch.aten.Bool.Tensor {compared} : !torch.vtensor<[],i1> -> !torch.bool")
 
-    # -- lists of ints, as 1-D int64 tensors ------------------------------------------------------
-    def int_element(self, arg: Arg) -> str:
-        """A one-element int64 tensor holding an int."""
-        scalar, _ = self.operand(arg, "!torch.int")
-        zero = self.constant(0, None)[0]
-        element, row = self.fresh(), self.fresh()
-        self.emit(f"{element} = torch.prim.NumToTensor.Scalar {scalar} : !torch.int -> !torch.vtensor<[],si64>")
-        self.emit(
-            f"{row} = torch.aten.unsqueeze {element}, {zero} : "
-            "!torch.vtensor<[],si64>, !torch.int -> !torch.vtensor<[1],si64>"
-        )
-        return row
-
-    def int_list(self, items: tuple, result: str) -> None:
-        """`result` = the int64 tensor of `items` (each an int Value or Constant).
-
-        Its length, and that of each element appended, is hidden behind an optimization barrier:
-        torch-mlir would otherwise refine a list appended to on one side of an `if` to a static
-        `tensor<2xi64>`, which no longer matches the `scf.if`'s `tensor<?xi64>` result ("successor
-        operand type ... should match"), or a static row inside a dynamic list ("'flow.tensor.update'
-        op value set has 0 dynamic dimensions but only 1 dimension values are attached").
-        """
-        built = self.fresh()
-        if not items:
-            empty = self.fresh()
-            self.emit(f"{empty} = torch.vtensor.literal(dense<> : tensor<0xsi64>) : !torch.vtensor<[0],si64>")
-            self.emit(f"{built} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],si64> to {INT_LIST}")
-        else:
-            rows = [self.int_element(item) for item in items]
-            self.concatenate(rows, ["!torch.vtensor<[1],si64>"] * len(rows), built)
-        self.of_unknown_length(built, INT_LIST, len(items), result)
-
-    def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str) -> None:
-        """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
-        opaque = self.opaque_int(length)
-        zero, one = self.constant(0, None)[0], self.constant(1, None)[0]
-        self.emit(
-            f"{result} = torch.aten.slice.Tensor {tensor}, {zero}, {zero}, {opaque}, {one} : "
-            f"{type_text}, !torch.int, !torch.int, !torch.int, !torch.int -> {INT_LIST}"
-        )
-
     def opaque_int(self, value: int) -> str:
         """A `!torch.int` of `value` that the compiler cannot see through (an optimization barrier)."""
         return self.barrier(self.constant(value, None)[0], "!torch.int")
-
-    def concatenate(self, parts: list[str], types: list[str], result: str) -> None:
-        zero = self.constant(0, None)[0]
-        listed = self.fresh()
-        self.emit(
-            f"{listed} = torch.prim.ListConstruct {', '.join(parts)} : ({', '.join(types)}) -> !torch.list<vtensor>"
-        )
-        self.emit(f"{result} = torch.aten.cat {listed}, {zero} : !torch.list<vtensor>, !torch.int -> {INT_LIST}")
 
 
 def synthesize_compiled(program: Program, signatures: dict[str, tuple[list[str], list[str]]]) -> str:
@@ -673,23 +481,10 @@ def _abi_results(emitter: _Emitter, results: list[str], types: list[str]) -> tup
             wrapped = emitter.fresh()
             emitter.emit(f"{wrapped} = torch.prim.NumToTensor.Scalar {number} : !torch.int -> !torch.vtensor<[],si64>")
             if type_text == "!torch.bool":
-                wrapped = _to_dtype(emitter, wrapped, "!torch.vtensor<[],si64>", "bool", tensor)
+                wrapped = emitter.to_dtype(wrapped, "!torch.vtensor<[],si64>", "bool", tensor)
         names.append(wrapped)
         abi_types.append(tensor)
     return names, abi_types
-
-
-def _to_dtype(emitter: _Emitter, name: str, have: str, dtype: str, want: str) -> str:
-    """`torch.aten.to.dtype` of tensor `name` (type `have`) to `dtype`, typed `want`."""
-    code, false, none, result = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
-    emitter.emit(f"{code} = torch.constant.int {DTYPE_CODES[dtype]}")
-    emitter.emit(f"{false} = torch.constant.bool false")
-    emitter.emit(f"{none} = torch.constant.none")
-    emitter.emit(
-        f"{result} = torch.aten.to.dtype {name}, {code}, {false}, {false}, {none} : "
-        f"{have}, !torch.int, !torch.bool, !torch.bool, !torch.none -> {want}"
-    )
-    return result
 
 
 def _result_type(arg: Arg) -> str:

@@ -50,7 +50,11 @@ def mlir_type(type_: Type) -> str:
     if isinstance(type_, ListType) and type_.element == "int":
         # A list of ints that grows at run time lives on the device as a 1-D int64 tensor.
         return INT_LIST
+    if isinstance(type_, ListType) and type_.element == "float":
+        # A list of floats as a 1-D float64 tensor: TorchScript's floats are doubles (`lists.py`).
+        return FLOAT_LIST
     raise CompiledHostUnsupported(f"lists of {type_.element} that change at run time (they need the Python host)")
 
 
 INT_LIST = "!torch.vtensor<[?],si64>"
+FLOAT_LIST = "!torch.vtensor<[?],f64>"
