@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+import pytest
 import torch
 from torch import nn
 
+import dycl_iree
 from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
 
@@ -97,11 +99,33 @@ class PickScore(nn.Module):
         return scores[i]
 
 
-def test_an_index_past_either_end_raises_on_the_compiled_host(tmp_path):
+def test_an_index_past_either_end_raises_on_both_hosts(tmp_path):
     bundle, scripted, compiled, python = export_compiled(tmp_path, PickScore(), (torch.ones(2), 3, 1), "pick")
     assert bundle.host == "compiled"
     x = torch.tensor([0.3, 0.7])
     for n, i in ((3, 0), (3, 2), (3, -3), (1, -1), (4, -2)):
         check_hosts(scripted, (compiled, python), (x, n, i))
     for n, i in ((3, 3), (3, -4), (0, 0)):
-        check_hosts_raise(scripted, (compiled,), (x, n, i), "list index out of range")
+        check_hosts_raise(scripted, (compiled, python), (x, n, i), "list index out of range")
+    with pytest.raises(dycl_iree.ModelRaised, match=r"IndexError: list index out of range \(.*test_float_lists.py:"):
+        python(*_arrays((x, 3, 3)))
+
+
+class PickCount(nn.Module):
+    """`counts[i]` of a list of ints, as `PickScore`."""
+
+    def forward(self, x: torch.Tensor, n: int, i: int) -> int:
+        counts: List[int] = []  # noqa: UP006  (TorchScript reads the annotations)
+        for step in range(n):
+            counts.append(int(x[step % x.shape[0]] * 10) + step)
+        return counts[i]
+
+
+def test_an_int_index_past_either_end_raises_on_both_hosts(tmp_path):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, PickCount(), (torch.ones(2), 3, 1), "count")
+    assert bundle.host == "compiled"
+    x = torch.tensor([0.3, 0.7])
+    for n, i in ((3, 0), (3, 2), (3, -3), (1, -1), (4, -2)):
+        check_hosts(scripted, (compiled, python), (x, n, i))
+    for n, i in ((3, 3), (3, -4), (0, 0)):
+        check_hosts_raise(scripted, (compiled, python), (x, n, i), "list index out of range")

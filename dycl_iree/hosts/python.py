@@ -34,6 +34,7 @@ from ..program import (
     SegmentCall,
     Value,
 )
+from ..sources import relative_sources
 
 # TorchScript's reads of a one-element tensor as a host scalar, and the runtime service for each.
 _READ_BACKS = {"aten::Bool.Tensor": "to_bool", "aten::Int.Tensor": "to_int", "aten::Float.Tensor": "to_float"}
@@ -106,6 +107,13 @@ class _Writer(Emitter):
             self.emit(f"    raise ModelRaised({message})")
         elif target == "prim::RaiseException":
             self.emit(f"raise ModelRaised({args[0]} + {' (' + node.source + ')'!r})")
+        elif target == "aten::__getitem__.t":
+            # Python's IndexError past either end would escape the host bare: raise as PyTorch does.
+            items, index = args
+            message = relative_sources(f"IndexError: list index out of range ({node.source})".replace("\\", "/"))
+            self.emit(f"if not -len({items}) <= {index} < len({items}):")
+            self.emit(f"    raise ModelRaised({message!r})")
+            self.emit(f"{out} = {items}[{index}]{source}")
         elif target == STAND_IN:
             self.emit(f"{out} = None    # never read on this path{source}")
         else:
