@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -170,3 +171,86 @@ def test_a_list_of_tuples_appended_in_a_loop_with_an_exit_and_after_it(tmp_path)
     run = _check_every_input(tmp_path, _CollectPairsWhileLargeFlat().eval(), inputs, "pairs_flat")
     (trips,) = run.trip_counts.values()  # the Python host's record
     assert trips[:2] == [0, 1] and len(set(trips)) == len(inputs), trips  # none, one, several, the cap
+
+
+class _BestOfInts(nn.Module):
+    """A host list of ints grown in a loop with a `break`, returned with the index of its best entry
+    and the slice from it. The compiled host crashed the process ("double free or corruption") or
+    failed with OUT_OF_RANGE in `hal.buffer_view.create`: IREE packed the slice and the index into
+    one buffer after the loop, and its integer arithmetic optimization folded that buffer's size to
+    the index's alone, so the slice was copied past its end (README, "Known traps")."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[int], int, List[int]]:  # noqa: UP006  (TorchScript reads the annotations)
+        scores: List[int] = [1]  # noqa: UP006  (TorchScript reads the annotations)
+        best = 0
+        for i in range(n):
+            row = x[i % x.shape[0]]
+            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + int(row.max() * 10))
+            if scores[-1] > scores[best]:
+                best = len(scores) - 1
+            if float(row.sum()) > 2.0:
+                break
+        return scores, best, scores[best:-1]
+
+
+class _BestOfIntsToTheEnd(nn.Module):
+    """`_BestOfInts` without the `break`."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[int], int, List[int]]:  # noqa: UP006  (TorchScript reads the annotations)
+        scores: List[int] = [1]  # noqa: UP006  (TorchScript reads the annotations)
+        best = 0
+        for i in range(n):
+            row = x[i % x.shape[0]]
+            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + int(row.max() * 10))
+            if scores[-1] > scores[best]:
+                best = len(scores) - 1
+        return scores, best, scores[best:-1]
+
+
+class _BestOfFloats(nn.Module):
+    """`_BestOfInts` on a list of floats (there: OUT_OF_RANGE, offset equal to the buffer's length)."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[float], int, List[float]]:  # noqa: UP006  (TorchScript reads the annotations)
+        scores: List[float] = [0.5]  # noqa: UP006  (TorchScript reads the annotations)
+        best = 0
+        for i in range(n):
+            row = x[i % x.shape[0]]
+            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + float(row.max()))
+            if scores[-1] > scores[best]:
+                best = len(scores) - 1
+            if float(row.sum()) > 2.0:
+                break
+        return scores, best, scores[best:-1]
+
+
+class _BestOfFloatsToTheEnd(nn.Module):
+    """`_BestOfFloats` without the `break`."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[float], int, List[float]]:  # noqa: UP006  (TorchScript reads the annotations)
+        scores: List[float] = [0.5]  # noqa: UP006  (TorchScript reads the annotations)
+        best = 0
+        for i in range(n):
+            row = x[i % x.shape[0]]
+            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + float(row.max()))
+            if scores[-1] > scores[best]:
+                best = len(scores) - 1
+        return scores, best, scores[best:-1]
+
+
+@pytest.mark.parametrize(
+    "model, breaks",
+    [(_BestOfInts, True), (_BestOfIntsToTheEnd, False), (_BestOfFloats, True), (_BestOfFloatsToTheEnd, False)],
+)
+def test_a_host_list_grown_in_a_loop_returned_with_a_slice_of_it(tmp_path, model, breaks) -> None:
+    bundle, scripted, compiled, python = export_compiled(tmp_path, model(), (torch.randn(3, 4), 4), "best")
+    assert bundle.host == "compiled"
+    rising = torch.tensor([[0.1, 0.2, 0.1, 0.0], [0.2, 0.4, 0.3, 0.0], [0.3, 0.9, 0.9, 0.4]])
+    falling = rising.flip(0)
+    exits, slices = set(), set()
+    for x in (torch.full((3, 4), 0.5), rising, falling, -rising):
+        for n in (0, 1, 2, 3, 7):
+            scores, best, tail = check_hosts(scripted, (compiled, python), (x, n))
+            exits.add(len(scores) - 1 < n)
+            slices.add(len(tail) > 0)
+    assert slices == {True, False}, slices  # empty slices (best the last entry, or none) and others
+    assert exits == ({True, False} if breaks else {False}), exits  # the `break` taken, and not

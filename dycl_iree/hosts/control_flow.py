@@ -9,6 +9,7 @@ from ..program import (
     Arg,
     Block,
     Constant,
+    HostOp,
     If,
     ListType,
     Loop,
@@ -190,8 +191,9 @@ class ControlFlowEmitter:
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
         self.loops_done += 1
-        # A loop with an exit passes what a concatenation grows, and a segment reads after the loop,
-        # on with its sizes through barriers. Without them IREE's integer arithmetic optimization
+        # A loop with an exit passes what a concatenation grows (a host list appended to, too), and
+        # a segment or a host op on the list reads after the loop, on with its sizes through
+        # barriers. Without them IREE's integer arithmetic optimization
         # (`iree-util-optimize-int-arithmetic`) folded the `util.align` that packs two such values
         # into one buffer after the loop (a list of tuples, carried as stacks, appended once more)
         # as if the loop had left them empty: OUT_OF_RANGE, "buffer byte_length=192" (fuzzer seed
@@ -599,7 +601,8 @@ def _starts_without_rows(node: Loop) -> set[int]:
 
 def concatenations(program: Program) -> set[Value]:
     """The values that are a concatenation's result on some path: the outputs of segments that
-    compute them with `aten::cat` (an append to a list of tensors, `torch.cat([acc, h])`), and the
+    compute them with `aten::cat` (an append to a list of tensors, `torch.cat([acc, h])`), the host
+    lists of ints or floats appended to or joined (`main` concatenates their tensors), and the
     outputs of the branches and loops that pass one on."""
     segments = {segment.name: segment for segment in program.segments}
     made = {
@@ -615,6 +618,8 @@ def concatenations(program: Program) -> set[Value]:
             if isinstance(node, SegmentCall):
                 results = segments[node.segment].results
                 found.update(out for out, result in zip(node.outputs, results) if result in made[node.segment])
+            elif isinstance(node, HostOp) and node.target in _LIST_GROWTHS:
+                found.update(node.outputs)
             elif isinstance(node, If):
                 pairs = zip(node.outputs, node.then_block.results, node.else_block.results)
                 found.update(out for out, a, b in pairs if a in found or b in found)
@@ -625,9 +630,19 @@ def concatenations(program: Program) -> set[Value]:
     return found
 
 
+_LIST_GROWTHS = ("aten::append.t", "aten::add.t")
+
+
 def segment_inputs(program: Program) -> set[Value]:
-    """The values that a segment call reads, anywhere in the program."""
-    return {value for node in iter_nodes(program.body) if isinstance(node, SegmentCall) for value in node_inputs(node)}
+    """The values that a segment call reads, anywhere in the program, and the host lists that a host
+    op reads (`scores[best:-1]`: `main` slices or indexes their tensors as a kernel would)."""
+    return {
+        value
+        for node in iter_nodes(program.body)
+        if isinstance(node, SegmentCall) or isinstance(node, HostOp)
+        for value in node_inputs(node)
+        if isinstance(node, SegmentCall) or isinstance(value.type, ListType)
+    }
 
 
 def _grows(param: Value, result: Arg) -> bool:
