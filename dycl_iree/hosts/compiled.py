@@ -53,7 +53,7 @@ from .control_flow import ControlFlowEmitter, concatenations, segment_inputs
 from .empties import RunTimeEmpties
 from .lists import LIST_OPS, ScalarLists
 from .scalars import emit_scalar_op
-from .types import DTYPE_CODES, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
+from .types import DTYPE_CODES, FLOAT_LIST, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # Host ops that IREE 3.13 legalizes, checked one by one (ENVIRONMENT.md), and their result types; every
 # other scalar op goes through 0-d tensors (`scalars.py`). Not `aten.remainder.int`: it legalizes,
@@ -219,6 +219,12 @@ class _Emitter(CheckedCalls, ScalarLists, RunTimeEmpties, ControlFlowEmitter, Em
         if isinstance(value, float):
             self.emit(f"{name} = torch.constant.float {_float_literal(value)}")
             return name, "!torch.float"
+        if isinstance(value, list) and want in (INT_LIST, FLOAT_LIST):
+            # A constant list that a run-time one starts from (`tokens = [0]` before a loop grows it).
+            element = "int" if want == INT_LIST else "float"
+            if all(type(item) is int or element == "float" and type(item) is float for item in value):
+                self.scalar_list(tuple(Constant(item) for item in value), element, name)
+                return name, want
         if value is UNINITIALIZED:
             # TorchScript's value of a `return` inside a loop, until the loop returns: the compiled
             # host's loop carries a stand-in there, which exists for tensors and scalars only.
