@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from .list_search import SEARCH_OPS
 from .types import DTYPE_CODES, FLOAT_LIST, INT64_MAX, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
 # The element kinds a run-time list of the compiled host holds: (its list type, its 0-d tensor type,
@@ -187,17 +188,9 @@ def _add_to_ints(emitter: Any, node: HostOp, result: str) -> str:
     return INT_LIST
 
 
-def _python_host_only(emitter: Any, node: HostOp, result: str) -> str:
-    """Comparing two lists of ints and finding one among others (a dict keyed by `str(tokens)`):
-    not expressed in `main` yet; the reason names the operation."""
-    raise CompiledHostUnsupported(f"host operation {node.target} ({node.source})")
-
-
 # Host ops on run-time lists, emitted as tensor ops in `main`.
 LIST_OPS = {
-    "aten::eq.int_list": _python_host_only,
-    "aten::ne.int_list": _python_host_only,
-    "dycl::rfind_int_list": _python_host_only,
+    **SEARCH_OPS,
     "dycl::add_to_ints": _add_to_ints,
     "prim::ListConstruct": _list_construct,
     "aten::append.t": _list_append,
