@@ -19,10 +19,11 @@ whose keys are known only at run time, is a log of the keys' token lists and the
 (`tests/test_list_deletion.py`); `torch.tensor([[token] for token in tokens])` is the rows of a
 list of int lists of run-time length (`tests/test_int_rows.py`).
 
-What it does not do yet, pinned below so that a change is seen: the compiled host (finding a key of
-`key_to_b_hypo` is a Python-host operation; the scores, lists of floats that change at run time,
-and `torch.tensor` of them are the compiled host's, `tests/test_float_lists.py`), and a number of
-frames known only at run time (Emformer's mask blocks then grow by tensors dynamic in both dims,
+What it does not do yet, pinned below so that a change is seen: the compiled host (`min()` of the
+list `for i, elem in enumerate(hypo_list)` builds is a Python-host operation; finding a key of
+`key_to_b_hypo`, the scores, lists of floats that change at run time, and `torch.tensor` of them
+are the compiled host's, `tests/test_run_time_dicts.py`, `tests/test_float_lists.py`), and a number
+of frames known only at run time (Emformer's mask blocks then grow by tensors dynamic in both dims,
 `emformer.py:683`).
 """
 
@@ -105,11 +106,11 @@ def test_the_exported_beam_search_gives_pytorchs_hypotheses(beam_search, exporte
     assert any(sides[True] and sides[False] for sides in run.decisions.values())
 
 
-def test_it_takes_the_python_host_for_its_run_time_keys_only(exported):
+def test_it_takes_the_python_host_for_the_trip_count_of_enumerate_only(exported):
     bundle, _ = exported
     assert bundle.host == "python"
     reason = bundle.manifest["compiled_host_unsupported"]
-    assert reason.startswith("host operation dycl::rfind_int_list (") and "rnnt_decoder.py:150)" in reason, reason
+    assert reason.startswith("host operation prim::min.self_int (") and "rnnt_decoder.py:69)" in reason, reason
     assert "float" not in reason and ";" not in reason, reason  # the one reason left
 
 

@@ -13,10 +13,10 @@ as the dict does:
 - `key in d`: the last index whose int list equals the key's is not -1;
 - `d[key]`: the value at that index, after the check PyTorch's KeyError makes.
 
-`str(a) == str(b)` of two int lists is their equality. Finding a key is a host operation that only
-the Python host runs (`dycl::rfind_int_list`); a Program with one takes the Python host, and the
-manifest names the operation. Other reads of such a dict (`len`, `keys()`, iteration) are refused
-at their line: the log holds a key once per set.
+`str(a) == str(b)` of two int lists is their equality. Finding a key is a host operation
+(`dycl::rfind_int_list`), which both hosts run (the compiled host with tensor ops,
+`hosts/list_search.py`). Other reads of such a dict (`len`, `keys()`, iteration) are refused at
+their line: the log holds a key once per set.
 """
 
 from __future__ import annotations
