@@ -99,18 +99,6 @@ class PickScore(nn.Module):
         return scores[i]
 
 
-def test_an_index_past_either_end_raises_on_both_hosts(tmp_path):
-    bundle, scripted, compiled, python = export_compiled(tmp_path, PickScore(), (torch.ones(2), 3, 1), "pick")
-    assert bundle.host == "compiled"
-    x = torch.tensor([0.3, 0.7])
-    for n, i in ((3, 0), (3, 2), (3, -3), (1, -1), (4, -2)):
-        check_hosts(scripted, (compiled, python), (x, n, i))
-    for n, i in ((3, 3), (3, -4), (0, 0)):
-        check_hosts_raise(scripted, (compiled, python), (x, n, i), "list index out of range")
-    with pytest.raises(dycl_iree.ModelRaised, match=r"IndexError: list index out of range \(.*test_float_lists.py:"):
-        python(*_arrays((x, 3, 3)))
-
-
 class PickCount(nn.Module):
     """`counts[i]` of a list of ints, as `PickScore`."""
 
@@ -121,11 +109,14 @@ class PickCount(nn.Module):
         return counts[i]
 
 
-def test_an_int_index_past_either_end_raises_on_both_hosts(tmp_path):
-    bundle, scripted, compiled, python = export_compiled(tmp_path, PickCount(), (torch.ones(2), 3, 1), "count")
+@pytest.mark.parametrize("model", [PickScore, PickCount], ids=["floats", "ints"])
+def test_an_index_past_either_end_raises_on_both_hosts(tmp_path, model):
+    bundle, scripted, compiled, python = export_compiled(tmp_path, model(), (torch.ones(2), 3, 1), "pick")
     assert bundle.host == "compiled"
     x = torch.tensor([0.3, 0.7])
     for n, i in ((3, 0), (3, 2), (3, -3), (1, -1), (4, -2)):
         check_hosts(scripted, (compiled, python), (x, n, i))
     for n, i in ((3, 3), (3, -4), (0, 0)):
         check_hosts_raise(scripted, (compiled, python), (x, n, i), "list index out of range")
+    with pytest.raises(dycl_iree.ModelRaised, match=r"IndexError: list index out of range \(.*test_float_lists.py:"):
+        python(*_arrays((x, 3, 3)))
