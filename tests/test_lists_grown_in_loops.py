@@ -174,11 +174,18 @@ def test_a_list_of_tuples_appended_in_a_loop_with_an_exit_and_after_it(tmp_path)
 
 
 class _BestOfInts(nn.Module):
-    """A host list of ints grown in a loop with a `break`, returned with the index of its best entry
-    and the slice from it. The compiled host crashed the process ("double free or corruption") or
-    failed with OUT_OF_RANGE in `hal.buffer_view.create`: IREE packed the slice and the index into
-    one buffer after the loop, and its integer arithmetic optimization folded that buffer's size to
-    the index's alone, so the slice was copied past its end (README, "Known traps")."""
+    """A host list of ints grown in a loop (with a `break` where `breaks`), returned with the index of
+    its best entry and the slice from it. With the `break`, the compiled host crashed the process
+    ("double free or corruption") or failed with OUT_OF_RANGE in `hal.buffer_view.create`: IREE packed
+    the slice and the index into one buffer after the loop, and its integer arithmetic optimization
+    folded that buffer's size to the index's alone, so the slice was copied past its end (README,
+    "Known traps"). `breaks` is a constant of the scripted module: without it the loop has no exit."""
+
+    __constants__ = ["breaks"]
+
+    def __init__(self, breaks: bool) -> None:
+        super().__init__()
+        self.breaks = breaks
 
     def forward(self, x: torch.Tensor, n: int) -> Tuple[List[int], int, List[int]]:  # noqa: UP006  (TorchScript reads the annotations)
         scores: List[int] = [1]  # noqa: UP006  (TorchScript reads the annotations)
@@ -188,28 +195,20 @@ class _BestOfInts(nn.Module):
             scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + int(row.max() * 10))
             if scores[-1] > scores[best]:
                 best = len(scores) - 1
-            if float(row.sum()) > 2.0:
+            if self.breaks and float(row.sum()) > 2.0:
                 break
-        return scores, best, scores[best:-1]
-
-
-class _BestOfIntsToTheEnd(nn.Module):
-    """`_BestOfInts` without the `break`."""
-
-    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[int], int, List[int]]:  # noqa: UP006  (TorchScript reads the annotations)
-        scores: List[int] = [1]  # noqa: UP006  (TorchScript reads the annotations)
-        best = 0
-        for i in range(n):
-            row = x[i % x.shape[0]]
-            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + int(row.max() * 10))
-            if scores[-1] > scores[best]:
-                best = len(scores) - 1
         return scores, best, scores[best:-1]
 
 
 class _BestOfFloats(nn.Module):
     """`_BestOfInts` on a list of floats (there: OUT_OF_RANGE, offset equal to the buffer's length)."""
 
+    __constants__ = ["breaks"]
+
+    def __init__(self, breaks: bool) -> None:
+        super().__init__()
+        self.breaks = breaks
+
     def forward(self, x: torch.Tensor, n: int) -> Tuple[List[float], int, List[float]]:  # noqa: UP006  (TorchScript reads the annotations)
         scores: List[float] = [0.5]  # noqa: UP006  (TorchScript reads the annotations)
         best = 0
@@ -218,31 +217,17 @@ class _BestOfFloats(nn.Module):
             scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + float(row.max()))
             if scores[-1] > scores[best]:
                 best = len(scores) - 1
-            if float(row.sum()) > 2.0:
+            if self.breaks and float(row.sum()) > 2.0:
                 break
-        return scores, best, scores[best:-1]
-
-
-class _BestOfFloatsToTheEnd(nn.Module):
-    """`_BestOfFloats` without the `break`."""
-
-    def forward(self, x: torch.Tensor, n: int) -> Tuple[List[float], int, List[float]]:  # noqa: UP006  (TorchScript reads the annotations)
-        scores: List[float] = [0.5]  # noqa: UP006  (TorchScript reads the annotations)
-        best = 0
-        for i in range(n):
-            row = x[i % x.shape[0]]
-            scores.append(scores[int(row.argmax()) % len(scores) - len(scores)] + float(row.max()))
-            if scores[-1] > scores[best]:
-                best = len(scores) - 1
         return scores, best, scores[best:-1]
 
 
 @pytest.mark.parametrize(
     "model, breaks",
-    [(_BestOfInts, True), (_BestOfIntsToTheEnd, False), (_BestOfFloats, True), (_BestOfFloatsToTheEnd, False)],
+    [(_BestOfInts, True), (_BestOfInts, False), (_BestOfFloats, True), (_BestOfFloats, False)],
 )
 def test_a_host_list_grown_in_a_loop_returned_with_a_slice_of_it(tmp_path, model, breaks) -> None:
-    bundle, scripted, compiled, python = export_compiled(tmp_path, model(), (torch.randn(3, 4), 4), "best")
+    bundle, scripted, compiled, python = export_compiled(tmp_path, model(breaks), (torch.randn(3, 4), 4), "best")
     assert bundle.host == "compiled"
     rising = torch.tensor([[0.1, 0.2, 0.1, 0.0], [0.2, 0.4, 0.3, 0.0], [0.3, 0.9, 0.9, 0.4]])
     falling = rising.flip(0)
