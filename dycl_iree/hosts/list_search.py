@@ -25,21 +25,6 @@ _TABLE = "!torch.vtensor<[?,?],si64>"
 _ROW = "!torch.vtensor<[1],si64>"
 
 
-def _int_row(emitter: Any, scalar: str) -> str:
-    """A [1] int64 tensor holding the `!torch.int` `scalar`."""
-    item, row = emitter.fresh(), emitter.fresh()
-    zero = emitter.constant(0, None)[0]
-    emitter.emit(f"{item} = torch.prim.NumToTensor.Scalar {scalar} : !torch.int -> !torch.vtensor<[],si64>")
-    emitter.emit(f"{row} = torch.aten.unsqueeze {item}, {zero} : !torch.vtensor<[],si64>, !torch.int -> {_ROW}")
-    return row
-
-
-def _length(emitter: Any, items: str) -> str:
-    result, zero = emitter.fresh(), emitter.constant(0, None)[0]
-    emitter.emit(f"{result} = torch.aten.size.int {items}, {zero} : {INT_LIST}, !torch.int -> !torch.int")
-    return result
-
-
 def _arange(emitter: Any, end: str) -> str:
     """0, 1, ..., end - 1 as int64."""
     result, code, none = emitter.fresh(), emitter.fresh(), emitter.fresh()
@@ -70,7 +55,7 @@ def _unsqueeze(emitter: Any, items: str, dim: int, result_type: str) -> str:
 def last_match(emitter: Any, values: str, starts: str, lengths: str, key: str, result: str) -> None:
     """`result` = the `!torch.int` index of the last list k (the ints of `values` from `starts[k]`, `lengths[k]`
     long) equal to `key`, or -1; all four are int64 tensors, `starts` and `lengths` equally long."""
-    width, spare_at = _length(emitter, key), _length(emitter, values)
+    width, spare_at = emitter.tensor_size(key, INT_LIST, 0), emitter.tensor_size(values, INT_LIST, 0)
     one = emitter.constant(1, None)[0]
     # Every list read at its start plus 0..width-1, kept inside `values` and one spare int after it.
     column = _unsqueeze(emitter, starts, 1, "!torch.vtensor<[?,1],si64>")
@@ -81,7 +66,7 @@ def last_match(emitter: Any, values: str, starts: str, lengths: str, key: str, r
         f"!torch.vtensor<[?,1],si64>, !torch.vtensor<[1,?],si64>, !torch.int -> {_TABLE}"
     )
     emitter.emit(f"{inside} = torch.aten.clamp_max {at}, {spare_at} : {_TABLE}, !torch.int -> {_TABLE}")
-    spare = _int_row(emitter, emitter.constant(0, None)[0])
+    spare = emitter.scalar_row(emitter.constant(0, None)[0], "int")
     emitter.concatenate([values, spare], [INT_LIST, _ROW], padded, INT_LIST)
     indices, read, same, row_same = emitter.fresh(), emitter.fresh(), emitter.fresh(), emitter.fresh()
     emitter.emit(f"{indices} = torch.prim.ListConstruct {inside} : ({_TABLE}) -> !torch.list<optional<vtensor>>")
@@ -103,12 +88,13 @@ def last_match(emitter: Any, values: str, starts: str, lengths: str, key: str, r
     emitter.emit(f"{long_enough} = torch.aten.eq.Scalar {lengths}, {width} : {INT_LIST}, !torch.int -> {_BOOLS}")
     emitter.emit(f"{match} = torch.aten.logical_and {row_same}, {long_enough} : {_BOOLS}, {_BOOLS} -> {_BOOLS}")
     minus_one = emitter.constant(-1, None)[0]
+    indices_of_lists = _arange(emitter, emitter.tensor_size(starts, INT_LIST, 0))
     emitter.emit(
-        f"{candidates} = torch.aten.where.ScalarOther {match}, {_arange(emitter, _length(emitter, starts))}, "
+        f"{candidates} = torch.aten.where.ScalarOther {match}, {indices_of_lists}, "
         f"{minus_one} : {_BOOLS}, {INT_LIST}, !torch.int -> {INT_LIST}"
     )
     # -1 among the candidates: the answer where nothing matches, or where nothing was logged.
-    emitter.concatenate([_int_row(emitter, minus_one), candidates], [_ROW, INT_LIST], ranked, INT_LIST)
+    emitter.concatenate([emitter.scalar_row(minus_one, "int"), candidates], [_ROW, INT_LIST], ranked, INT_LIST)
     emitter.emit(f"{best} = torch.aten.max {ranked} : {INT_LIST} -> !torch.vtensor<[],si64>")
     emitter.emit(f"{result} = torch.aten.Int.Tensor {best} : !torch.vtensor<[],si64> -> !torch.int")
 
@@ -133,8 +119,9 @@ def _equal_int_lists(emitter: Any, node: HostOp, result: str, op: str) -> str:
     # Rows of a length hidden from the compiler: one it could see would be refined to static shapes
     # that the [?] ones after them no longer match ("unresolved target materialization").
     starts, lengths = emitter.fresh(), emitter.fresh()
-    emitter.of_unknown_length(_int_row(emitter, emitter.constant(0, None)[0]), _ROW, 1, starts, INT_LIST)
-    emitter.of_unknown_length(_int_row(emitter, _length(emitter, first)), _ROW, 1, lengths, INT_LIST)
+    emitter.of_unknown_length(emitter.scalar_row(emitter.constant(0, None)[0], "int"), _ROW, 1, starts, INT_LIST)
+    length = emitter.tensor_size(first, INT_LIST, 0)
+    emitter.of_unknown_length(emitter.scalar_row(length, "int"), _ROW, 1, lengths, INT_LIST)
     found = emitter.fresh()
     last_match(emitter, first, starts, lengths, second, found)
     zero = emitter.constant(0, None)[0]

@@ -207,8 +207,12 @@ class ScalarLists:
 
     def element_row(self, arg: Any, element: str) -> str:
         """A one-element tensor holding an int (int64) or a float (float64)."""
+        scalar, _ = self.operand(arg, _ELEMENTS[element][2])
+        return self.scalar_row(scalar, element)
+
+    def scalar_row(self, scalar: str, element: str) -> str:
+        """A one-element tensor holding the emitted `!torch.int` or `!torch.float` `scalar`."""
         _, item_type, scalar_type = _ELEMENTS[element]
-        scalar, _ = self.operand(arg, scalar_type)
         zero = self.constant(0, None)[0]
         item, row = self.fresh(), self.fresh()
         row_type = item_type.replace("[]", "[1]")
