@@ -23,8 +23,6 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-import dycl_iree
-from dycl_iree.errors import SpecializeError
 from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
 
@@ -231,7 +229,8 @@ def test_a_list_whose_length_a_branch_decides_is_stacked(tmp_path):
 
 class SquareCrops(nn.Module):
     """Crops of sizes read from the data, square: dynamic in two dims, from a list that starts
-    empty; no tensor the loop starts from has their shape."""
+    empty; no tensor the loop starts from has their shape, so the crops' width is unknown until
+    the first append (`RaggedList.first_sizes`)."""
 
     def forward(self, x, sizes):
         crops: List[torch.Tensor] = []
@@ -243,9 +242,29 @@ class SquareCrops(nn.Module):
         return torch.stack(crops)
 
 
-def test_an_empty_list_of_tensors_dynamic_in_two_dims_says_what_is_missing():
+@pytest.fixture(scope="module")
+def square_crops(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("crops")
     example = (torch.randn(5, 5), torch.tensor([2, 2]))
-    with pytest.raises(SpecializeError, match=r"dynamic in dims \[0, 1\] and no tensor the loop starts from") as raised:
-        dycl_iree.export(SquareCrops(), example, dynamic_shapes={"x": None, "sizes": {0: Dim("count")}})
-    assert "test_ragged_stacks.py:" in str(raised.value)
-    assert "instead of []" not in str(raised.value)
+    return export_compiled(folder, SquareCrops(), example, "crops", {"x": None, "sizes": {0: Dim("count")}})
+
+
+@pytest.mark.parametrize("sizes", [[2, 2], [3], [1, 1, 1, 0], [4, 4, 4], [5, 5, 0, 2]])
+def test_square_crops_from_a_list_that_starts_empty_are_stacked(square_crops, sizes):
+    bundle, scripted, compiled, python = square_crops
+    stacked = check_hosts(scripted, (compiled, python), (torch.randn(5, 5), torch.tensor(sizes)))
+    assert stacked.size(0) == (sizes.index(0) if 0 in sizes else len(sizes))
+
+
+def test_square_crops_of_different_sizes_or_none_raise(square_crops):
+    bundle, scripted, compiled, python = square_crops
+    hosts = (compiled, python)
+    check_hosts_raise(scripted, hosts, (torch.randn(5, 5), torch.tensor([0])), r"stack expects a non-empty TensorList")
+    # PyTorch raises at the stack; the hosts where the crop of another width is appended.
+    check_hosts_raise(
+        scripted,
+        hosts,
+        (torch.randn(5, 5), torch.tensor([2, 3])),
+        r"stack expects each tensor to be equal size",
+        r"Sizes of tensors must match except in dimension 0: a tensor of another size in dim 1 was appended",
+    )

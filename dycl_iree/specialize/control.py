@@ -30,6 +30,7 @@ from ..program import (
 )
 from .aliasing import mutated_outer
 from .mutation import mark_stale
+from .ragged_lists import dims_read_along
 from .schemas import source_of
 from .stand_ins import reuse_parameters
 from .structured import (
@@ -291,10 +292,11 @@ class ControlFlow:
                 # body sets: carry it as an Optional, typed by the value the body set. Visit again.
                 # An empty list's tensors take their dynamic sizes from those the loop starts from.
                 self.size_witnesses = initial_leaves
+                self.read_along = dims_read_along(mutated)
                 try:
                     pairs = [self.join_paths(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
                 finally:
-                    self.size_witnesses = []
+                    self.size_witnesses, self.read_along = [], set()
                 reconciled = [a for a, _ in pairs]
                 if flatten_entries(reconciled)[1] == structure:
                     raise SpecializeError(f"a loop-carried tuple changes structure between iterations ({source})")

@@ -9,7 +9,9 @@ list crosses branches, loops and segment boundaries as two values with dynamic d
 
 Which form a list takes is decided by its tensors' types where it meets control flow or grows
 (`list_layout`): one shape, stacked; shapes that differ (or are dynamic, for a list that starts
-empty) in one dim, concatenated along it. `torch.stack` of a concatenated list, and `torch.cat`
+empty) in one dim, concatenated along it; one that starts empty with tensors dynamic in several
+dims (Emformer's mask blocks) is concatenated along one and takes the others from its first append
+(`first_sized_join`). `torch.stack` of a concatenated list, and `torch.cat`
 along another dim, work as in PyTorch when its tensors have one size at run time and raise
 PyTorch's error otherwise (`ragged_stacked`).
 
@@ -25,7 +27,7 @@ import torch
 
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
+from ..program import Block, Constant, HostOp, If, ListArg, ScalarType, TensorOp, TensorType, Value
 from .schemas import overload_of, torch_dtype
 from .values import INT64_MAX, RaggedList, TensorList, element_type, hint_of, tensor_type_of
 
@@ -40,8 +42,11 @@ class RaggedLists:
 
         A list whose tensors differ in a dim cannot be stacked. Nor can one that starts empty and
         grows by tensors with a dynamic dim, unless a tensor the loop starts from has their shape
-        (`size_witness`: the empty form's sizes); with none, the list is concatenated along its one
-        dynamic dim (its empty form is 0 there, every other size static), and `torch.stack` of it
+        (`size_witness`: the empty form's sizes); with none, the list is concatenated along the dim
+        every `torch.cat` that reads the loop's lists joins them along (`dims_read_along`), else
+        along its one dynamic dim (its empty form is 0 there, every other size static), else along
+        the dim the model concatenates such lists along or the first: then its empty form is 0 in
+        every dynamic dim, sized by its first append (`first_sized_join`). `torch.stack` of it
         checks at run time that the sizes agree (`ragged_stacked`).
         """
         ragged = {entry.dim for entry in entries if isinstance(entry, RaggedList)}
@@ -74,21 +79,28 @@ class RaggedLists:
         along = set(dynamic) & self.concatenation_dims
         if not differing and not starts_empty and (self.stacks_lists or len(along) != 1):
             return None
+        if not differing and len(self.read_along) == 1 and self.size_witness(element_type(types, source)) is None:
+            # Every `torch.cat` that reads the lists this loop grows joins them along one dim
+            # (Emformer's mask blocks, `torch.cat(mask)`): kept concatenated along it, their other
+            # sizes from the first append where they are dynamic (`first_sized_join`).
+            (read,) = self.read_along
+            if 0 <= read < first.rank:
+                return read
         if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
             if self.size_witness(element_type(types, source)) is not None:
                 return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
             if len(dynamic) > 1:
-                shape = str(list(first.shape)).replace("None", "?")
-                raise SpecializeError(
-                    f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} ({source}): "
-                    f"they are dynamic in dims {dynamic} and no tensor the loop starts from has their shape, so the "
-                    "empty list's sizes are unknown until its first append; a list that starts empty may vary in "
-                    "one dim (it is kept concatenated along it) or take its sizes from such a tensor"
-                )
+                # Several dynamic dims and no tensor to take them from (Emformer's mask blocks:
+                # rows per segment, as wide as the utterance): concatenated along the one the
+                # model concatenates such lists along, or the first (torch.cat's default dim 0);
+                # its other sizes come with the first append (`first_sized_join`).
+                return _kept_along(dynamic, self.concatenation_dims)
             # No tensor to take the dynamic size from: kept concatenated along that dim, whose
             # empty form is fully static (0 there); `torch.stack` checks the sizes agree.
             return dynamic[0]
         candidates = differing or dynamic
+        if starts_empty and not differing and len(candidates) > 1:
+            return _kept_along(candidates, self.concatenation_dims)
         if len(candidates) > 1:
             # Several dims vary: the one the model concatenates these lists along, if it says.
             preferred = [d for d in candidates if d in self.concatenation_dims]
@@ -151,12 +163,13 @@ class RaggedLists:
                 # every append checks its piece has them (`check_other_sizes`).
                 witness = self.size_witness(element, skip=dim)
                 if witness is None:
-                    shape = str(list(element.shape)).replace("None", "?")
-                    raise SpecializeError(
-                        f"a list of tensors starts empty and grows at run time by tensors of sizes {shape} "
-                        f"({source}): its empty form needs every size but that of dim {dim}, and no tensor the "
-                        "loop starts from has them"
-                    )
+                    # None either (Emformer's mask blocks, as wide as the utterance): 0 in those
+                    # dims too, until the first append gives them (`first_sized_join`).
+                    shape = tuple(0 if d is None else d for d in element.shape)
+                    empty = torch.zeros(shape, dtype=torch_dtype(element.dtype))
+                    nothing = torch.zeros((0,), dtype=torch.int64)
+                    value = self.materialize(Constant(empty), source)
+                    return RaggedList(value, self.materialize(Constant(nothing), source), dim, True)
                 sizes = [Constant(0) if i == dim else self.size_of(witness, i, source) for i in range(element.rank)]
                 zeros = overload_of("aten::zeros.default")
                 options = [("dtype", Constant(torch_dtype(element.dtype)))]
@@ -195,21 +208,58 @@ class RaggedLists:
         )
         return joined
 
-    def join_ragged(self, left: RaggedList, right: RaggedList, source: str) -> RaggedList:
-        """`left + right`: values and sizes each concatenated."""
+    def join_ragged(self, left: RaggedList, right: RaggedList, source: str, checked: Value | None = None) -> RaggedList:
+        """`left + right`: values and sizes each concatenated (`checked`: the one tensor `right`
+        holds, whose other sizes are checked against `left`'s before)."""
         cat = overload_of("aten::cat.default")
-        pair = ListArg((left.value, right.value))
-        (value,) = self.emit_tensor_op(cat, [pair, Constant(left.dim)], [], source, name="ragged")
+        first_sizes = left.first_sizes or right.first_sizes
+        if first_sizes:
+            value = self.first_sized_join(left, right, source, checked)
+        else:
+            if checked is not None:
+                self.check_other_sizes(left, checked, source)
+            pair = ListArg((left.value, right.value))
+            (value,) = self.emit_tensor_op(cat, [pair, Constant(left.dim)], [], source, name="ragged")
         (sizes,) = self.emit_tensor_op(cat, [ListArg((left.sizes, right.sizes)), Constant(0)], [], source, name="sizes")
-        return RaggedList(value, sizes, left.dim)
+        return RaggedList(value, sizes, left.dim, first_sizes)
+
+    def first_sized_join(self, left: RaggedList, right: RaggedList, source: str, checked: Value | None) -> Value:
+        """The values of `left + right` where a list may still be in its empty form, 0 in every
+        dynamic dim (`RaggedList.first_sizes`): such a list's value cannot be concatenated with
+        another's (their other sizes differ), so a list that holds no tensor gives the other's
+        value as it is, by an `if` on its length (a shape read, no device sync); where both hold
+        tensors, the other sizes are checked and the values concatenated, as `torch.cat` does."""
+        cat = overload_of("aten::cat.default")
+        outer, self.nodes = self.nodes, []
+        if checked is not None:
+            self.check_other_sizes(left, checked, source)
+        (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(left.dim)], [], source)
+        value, nodes = joined, self.nodes
+        self.nodes = outer
+        for items, other in ((right, left), (left, right)):
+            if not items.first_sizes:
+                continue
+            empty = self.emit_host("aten::eq.int", (self.ragged_length(items, source), Constant(0)), "bool", source)
+            if isinstance(empty, Constant):
+                value, nodes = (other.value, []) if empty.value else (value, nodes)
+                continue
+            types = (value.type, other.value.type)
+            shape = tuple(a if a == b else None for a, b in zip(*(t.shape for t in types)))
+            hint = tuple(max(a, b) for a, b in zip(*(t.hint for t in types)))
+            joined = self.new_value(TensorType(value.type.dtype, shape, hint), "ragged")
+            label = f"if{next(self.labels)}"
+            taken, passed = Block((), (), (other.value,)), Block((), tuple(nodes), (value,))
+            value, nodes = joined, [If(empty, taken, passed, (joined,), label, source)]
+        self.nodes.extend(nodes)
+        return value
 
     def append_to_ragged(self, items: RaggedList, item: Any, source: str) -> RaggedList:
         item = self.materialize(item, source)
         if tensor_type_of(item) is None:
             raise SpecializeError(f"appending a non-tensor to a list of tensors ({source})")
         element = self.ragged_element([items, ListArg((item,))], items.dim, source)  # refuses what cat would
-        self.check_other_sizes(items, item, source)
-        return self.join_ragged(items, self.ragged_list(ListArg((item,)), items.dim, element, source), source)
+        piece = self.ragged_list(ListArg((item,)), items.dim, element, source)
+        return self.join_ragged(items, piece, source, checked=item)
 
     def check_other_sizes(self, items: RaggedList, item: Value, source: str) -> None:
         """A host check (shape reads, no device sync) that `item` has the list's sizes in its
@@ -373,11 +423,42 @@ class RaggedLists:
         return stacked
 
 
+def _kept_along(dims: list[int], concatenation_dims: set[int]) -> int:
+    """The dim a list that starts empty is kept concatenated along, of its tensors' dynamic `dims`:
+    the one the model concatenates lists along, else the first (torch.cat's default, dim 0)."""
+    preferred = [d for d in dims if d in concatenation_dims]
+    return preferred[0] if len(preferred) == 1 else min(preferred or dims)
+
+
 # PyTorch's errors for `torch.stack` / `torch.cat` of an empty list.
 EMPTY_LIST_ERRORS = {
     "aten::stack": "RuntimeError: stack expects a non-empty TensorList",
     "aten::cat": "RuntimeError: torch.cat(): expected a non-empty list of Tensors",
 }
+
+
+def dims_read_along(lists: list[torch._C.Value]) -> set[int]:
+    """The dims of the `torch.cat`s that read `lists`, directly or as items of a list of lists
+    (Emformer's `[torch.cat(mask) for mask in masks_to_concat]`); -1 for one that is not a
+    constant dim or is negative, so that such a read makes the set ambiguous."""
+    dims: set[int] = set()
+    pending, seen = list(lists), set()
+    while pending:
+        value = pending.pop()
+        if value.unique() in seen:
+            continue
+        seen.add(value.unique())
+        for use in value.uses():
+            kind, inputs = use.user.kind(), list(use.user.inputs())
+            if kind == "aten::cat" and use.offset == 0:
+                dim = inputs[1].toIValue() if len(inputs) > 1 and inputs[1].node().kind() == "prim::Constant" else None
+                dims.add(dim if isinstance(dim, int) and dim >= 0 else -1)
+            elif kind == "aten::stack" and use.offset == 0:
+                dims.add(-1)  # stacked: the dim its tensors agree in is not the model's to say here
+            elif kind == "prim::ListConstruct" or (kind == "aten::__getitem__" and use.offset == 0):
+                if kind == "prim::ListConstruct" or use.user.output().type().kind() == "ListType":
+                    pending.append(use.user.output())
+    return dims
 
 
 def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> tuple[set[int], bool]:

@@ -159,7 +159,7 @@ def unset_like(entry: Any) -> Any:
     if isinstance(entry, TensorList):
         return TensorList(Constant(UNINITIALIZED))
     if isinstance(entry, RaggedList):
-        return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim)
+        return RaggedList(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.dim, entry.first_sizes)
     if isinstance(entry, RaggedInts):
         return RaggedInts(Constant(UNINITIALIZED), Constant(UNINITIALIZED), entry.width)
     if isinstance(entry, TupleList):
@@ -207,7 +207,7 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
     """The leaves of `entries` (Values and Constants, in order) and their structure, which
     `unflatten_entries` rebuilds from other leaves: a structure node is "leaf" or
     (kind, items, meta). An Optional's flag is a leaf before its value's leaves; a TensorList is
-    one leaf, a RaggedList two (values, sizes; its meta is the dim), a RaggedInts two (values,
+    one leaf, a RaggedList two (values, sizes; its meta is the dim and `first_sizes`), a RaggedInts two (values,
     bounds; its meta is the width); a record's meta is (kind, name, keys)."""
     leaves: list = []
 
@@ -221,7 +221,7 @@ def flatten_entries(entries: list) -> tuple[list, Any]:
             return ("tensor_list", (), None)
         if isinstance(entry, RaggedList):
             leaves.extend((entry.value, entry.sizes))
-            return ("ragged_list", (), entry.dim)
+            return ("ragged_list", (), (entry.dim, entry.first_sizes))
         if isinstance(entry, RaggedInts):
             leaves.extend((entry.values, entry.bounds))
             return ("ragged_ints", (), entry.width)
@@ -254,7 +254,7 @@ def unflatten_entries(structure: Any, leaves: list) -> list:
         if kind == "tensor_list":
             return TensorList(next(iterator))
         if kind == "ragged_list":
-            return RaggedList(next(iterator), next(iterator), meta)
+            return RaggedList(next(iterator), next(iterator), *meta)
         if kind == "ragged_ints":
             return RaggedInts(next(iterator), next(iterator), meta)
         if kind in ("optional", "key"):
@@ -313,7 +313,7 @@ def output_tree(structure: Any, leaves: list, model: str) -> tuple[Any, list]:
         if kind == "tensor_list":
             return {"unstack": keep(next(iterator))}
         if kind == "ragged_list":  # values split along `dim` by the sizes
-            return {"ragged": [keep(next(iterator)), keep(next(iterator)), meta]}
+            return {"ragged": [keep(next(iterator)), keep(next(iterator)), meta[0]]}
         if kind == "ragged_ints":  # values split at the bounds
             return {"ragged_ints": [keep(next(iterator)), keep(next(iterator))]}
         if kind == "optional":

@@ -61,11 +61,16 @@ class RaggedList:
     and one of the sizes, `len` a shape read of `sizes`, and `xs[i]` a `narrow` at the sum of the
     sizes before it. The tensors must agree in dtype, rank and every other dim, as `torch.cat`
     requires; both hosts hand the list back as a Python list. See `ragged_lists`.
+
+    `first_sizes`: the list started empty with its tensors' other sizes unknown until its first
+    append (a mask block per segment, as wide as the utterance): the empty form is 0 in those
+    dims too, and an append to a list that holds no tensor yet takes the tensor itself.
     """
 
     value: Value
     sizes: Value
     dim: int
+    first_sizes: bool = False
 
 
 @dataclass(frozen=True)

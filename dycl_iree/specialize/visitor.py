@@ -148,6 +148,7 @@ class _Specializer(
         self.inner_lists: dict[int, list] = {}  # a mutable list -> the lists holding it (`aliasing`)
         self.concatenation_dims, self.stacks_lists = concatenation_dims(captured.graph, self.mutated_lists)
         self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
+        self.read_along: set[int] = set()  # see `ragged_lists.dims_read_along`
         self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
 
     # -- values -----------------------------------------------------------------------------
