@@ -23,8 +23,9 @@ What it does not do yet, pinned below so that a change is seen: the compiled hos
 list `for i, elem in enumerate(hypo_list)` builds is a Python-host operation; finding a key of
 `key_to_b_hypo`, the scores, lists of floats that change at run time, and `torch.tensor` of them
 are the compiled host's, `tests/test_run_time_dicts.py`, `tests/test_float_lists.py`), and a number
-of frames known only at run time (Emformer's mask blocks then grow by tensors dynamic in both dims,
-`emformer.py:683`).
+of frames known only at run time: Emformer's mask blocks, dynamic in both dims, grow their lists
+(`tests/test_ragged_first_sizes.py`), but the joined mask's example sizes are not the attention
+scores' where the two meet (`emformer.py:134`).
 """
 
 from __future__ import annotations
@@ -114,10 +115,14 @@ def test_it_takes_the_python_host_for_the_trip_count_of_enumerate_only(exported)
     assert "float" not in reason and ";" not in reason, reason  # the one reason left
 
 
-def test_a_number_of_frames_known_only_at_run_time_is_refused_at_emformers_mask_blocks(beam_search):
+def test_a_number_of_frames_known_only_at_run_time_is_refused_where_emformers_mask_meets_the_scores(beam_search):
+    # The mask blocks grow their lists (`tests/test_ragged_first_sizes.py`); the joined mask then
+    # meets the attention scores, both [T, T] at run time, whose example sizes disagree: the mask's
+    # are one pass of its loop (2 rows) and its blocks' widths summed with each empty column group
+    # counted 2 (12), the scores' the example's 6 frames.
     message = (
-        r"a list of tensors starts empty and grows at run time by tensors of sizes \[\?, \?\] "
-        r"\(.*emformer.py:\d+\): they are dynamic in dims \[0, 1\]"
+        r"cannot lower aten::masked_fill\.Scalar \(from .*emformer\.py:\d+\): cannot compute its result type: "
+        r"Attempting to broadcast a dimension of length 6 at -1! .* broadcastable to \[1, 2, 12\]"
     )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2), dynamic_shapes=({0: "T"}, None, None))
