@@ -96,3 +96,35 @@ def test_blocks_of_different_widths_raise_as_pytorch_does(segment_masks, frames)
     # PyTorch raises at `torch.cat`; the hosts where the narrower block is appended.
     message = r"Sizes of tensors must match except in dimension 0"
     check_hosts_raise(scripted, (compiled, python), (torch.randn(frames, 2), True), message)
+
+
+class MasksOrPrompt(nn.Module):
+    """Segment blocks as wide as the utterance, or, where `keep` is false, a prompt's two rows in
+    their place (a list literal on one side of a branch), then one more row appended: the list
+    is in its empty form on one path (no segment) and holds tensors on the other."""
+
+    def forward(self, x, keep: bool):
+        utterance_length = x.size(0)
+        masks: List[torch.Tensor] = []
+        for seg_idx in range(math.ceil(utterance_length / 3)):
+            rows = min(3, utterance_length - 3 * seg_idx)
+            masks.append(torch.ones(rows, utterance_length) * x[3 * seg_idx : 3 * seg_idx + rows, :1])
+        if not keep:
+            masks = [x[:1].sum() * torch.ones(2, utterance_length)]
+        masks.append(torch.zeros(1, utterance_length))
+        return torch.cat(masks), len(masks)
+
+
+@pytest.fixture(scope="module")
+def masks_or_prompt(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prompt")
+    example = (torch.randn(7, 2), True)
+    return export_compiled(folder, MasksOrPrompt(), example, "prompt", {"x": {0: Dim("frames")}, "keep": None})
+
+
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("frames", [0, 1, 4, 7])
+def test_a_list_in_its_empty_form_on_one_path_only(masks_or_prompt, frames, keep):
+    bundle, scripted, compiled, python = masks_or_prompt
+    mask, count = check_hosts(scripted, (compiled, python), (torch.randn(frames, 2), keep))
+    assert count == (math.ceil(frames / 3) if keep else 1) + 1 and mask.size(1) == frames

@@ -65,6 +65,10 @@ class TensorLists:
             a = self.tensor_list(a, element, source) if dim is None else self.ragged_list(a, dim, element, source)
         with self.emitting_into(nodes_b):
             b = self.tensor_list(b, element, source) if dim is None else self.ragged_list(b, dim, element, source)
+        if isinstance(a, RaggedList) and isinstance(b, RaggedList) and a.first_sizes != b.first_sizes:
+            # One path's list may be in the empty form that its first append sizes: both are
+            # appended to as such (`ragged_lists.first_sized_join`).
+            a, b = (RaggedList(entry.value, entry.sizes, entry.dim, True) for entry in (a, b))
         return a, b
 
     @staticmethod
