@@ -128,3 +128,32 @@ def test_a_list_in_its_empty_form_on_one_path_only(masks_or_prompt, frames, keep
     bundle, scripted, compiled, python = masks_or_prompt
     mask, count = check_hosts(scripted, (compiled, python), (torch.randn(frames, 2), keep))
     assert count == (math.ceil(frames / 3) if keep else 1) + 1 and mask.size(1) == frames
+
+
+class OptionalHead(nn.Module):
+    """A head block that a branch puts in a list or leaves out (the list an `if` leaves empty),
+    then a row and a tail appended, all as wide as the utterance: the first append takes the row
+    itself on the path without the head."""
+
+    def forward(self, x, head: bool):
+        utterance_length = x.size(0)
+        masks: List[torch.Tensor] = []
+        if head:
+            masks = [torch.ones(utterance_length // 2, utterance_length)]
+        masks.append(torch.zeros(1, utterance_length) + x[:1, :1])
+        masks.append(torch.ones(utterance_length - utterance_length // 2, utterance_length))
+        return torch.cat(masks), len(masks)
+
+
+def test_a_list_that_a_branch_leaves_empty(tmp_path):
+    example = (torch.randn(7, 2), True)
+    dynamic = {"x": {0: Dim("frames")}, "head": None}
+    _, scripted, compiled, python = export_compiled(tmp_path, OptionalHead(), example, "head", dynamic)
+    for frames in (1, 4, 7):
+        for head in (True, False):
+            mask, count = check_hosts(scripted, (compiled, python), (torch.randn(frames, 2), head))
+            assert count == 2 + head and mask.shape == ((frames if head else frames - frames // 2) + 1, frames)
+    # The branch, and the first append (to a list with the head, or to none); the second append
+    # always finds the list holding a tensor.
+    sides = sorted(sorted(taken) for taken in python.decisions.values())
+    assert sides == [[False], [False, True], [False, True]], python.decisions

@@ -229,6 +229,14 @@ class RaggedLists:
         another's (their other sizes differ), so a list that holds no tensor gives the other's
         value as it is, by an `if` on its length (a shape read, no device sync); where both hold
         tensors, the other sizes are checked and the values concatenated, as `torch.cat` does."""
+        tests = []  # (whether the list holds no tensor, the other list), inner `if` first
+        for items, other in ((right, left), (left, right)):
+            if items.first_sizes:
+                empty = self.emit_host("aten::eq.int", (self.ragged_length(items, source), Constant(0)), "bool", source)
+                if isinstance(empty, Constant) and empty.value:
+                    return other.value  # known empty (no cat: its sizes would not match)
+                if not isinstance(empty, Constant):
+                    tests.append((empty, other))
         cat = overload_of("aten::cat.default")
         outer, self.nodes = self.nodes, []
         if checked is not None:
@@ -236,13 +244,7 @@ class RaggedLists:
         (joined,) = self.emit_tensor_op(cat, [ListArg((left.value, right.value)), Constant(left.dim)], [], source)
         value, nodes = joined, self.nodes
         self.nodes = outer
-        for items, other in ((right, left), (left, right)):
-            if not items.first_sizes:
-                continue
-            empty = self.emit_host("aten::eq.int", (self.ragged_length(items, source), Constant(0)), "bool", source)
-            if isinstance(empty, Constant):
-                value, nodes = (other.value, []) if empty.value else (value, nodes)
-                continue
+        for empty, other in tests:
             types = (value.type, other.value.type)
             shape = tuple(a if a == b else None for a, b in zip(*(t.shape for t in types)))
             hint = tuple(max(a, b) for a, b in zip(*(t.hint for t in types)))
