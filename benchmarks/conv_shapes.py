@@ -36,6 +36,9 @@ the machine is shared, and wall time counts the other jobs too):
   (`--iree-dispatch-creation-data-tiling` instead of `--iree-opt-data-tiling`), or with the packed
   matmul lowered as `inner_tiled` (`--iree-llvmcpu-enable-inner-tiled`, which iree-compile 3.13
   rejects on every 1x1 shape: the column says "fails");
+- `AVX2 tile from 64`: the AVX2 rule with its 6 x 16 register tile only for matmuls of 64 or more
+  channels in and out (the rule before; as exported it starts at 16, `data_tiling`); `AVX2 6x16`,
+  `4x16`, `8x8`, `4x24`, `12x8 tile from 16`: other register tiles from 16 channels;
 - `AVX2 IREE depthwise`: depthwise convolutions left to IREE (`decompositions.depthwise_as_taps`
   patched to False), which runs them in NCHW; `AVX2 taps + padding fused`: the taps with
   `--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops`; `AVX2 taps + NHWC
@@ -114,7 +117,19 @@ SHAPES = {
     "depthwise_3x3_384_14": (384, 384, 14, 3, 1, 1, 384),
     "depthwise_3x3_576_14": (576, 576, 14, 3, 1, 1, 576),
     "depthwise_3x3s2_576_14": (576, 576, 14, 3, 2, 1, 576),
+    # MobileNetV2's 1x1 convolutions with fewer than 64 input or output channels (matmul rows x
+    # depth x columns: 12544x32x16, 12544x16x96, 3136x96x24, 3136x24x144, 3136x144x24, 784x144x32,
+    # 784x32x192, 784x192x32)
+    "mobilenet_1x1_32_16_112": (32, 16, 112, 1, 1, 0, 1),
+    "mobilenet_1x1_16_96_112": (16, 96, 112, 1, 1, 0, 1),
+    "mobilenet_1x1_96_24_56": (96, 24, 56, 1, 1, 0, 1),
+    "mobilenet_1x1_24_144_56": (24, 144, 56, 1, 1, 0, 1),
+    "mobilenet_1x1_144_24_56": (144, 24, 56, 1, 1, 0, 1),
+    "mobilenet_1x1_144_32_28": (144, 32, 28, 1, 1, 0, 1),
+    "mobilenet_1x1_32_192_28": (32, 192, 28, 1, 1, 0, 1),
+    "mobilenet_1x1_192_32_28": (192, 32, 28, 1, 1, 0, 1),
 }
+MOBILENET_SMALL_1X1 = [name for name in SHAPES if name.startswith("mobilenet_1x1_")]
 MOBILENET_DEPTHWISE = [name for name in SHAPES if name.startswith("depthwise_")]
 RESNET50_LATE_1X1 = [
     "bottleneck_1x1_1024_256",
@@ -182,7 +197,9 @@ class Variant(NamedTuple):
     and `opt_tiling`, the flag that turns on the data tiling the rule's spec marks), whether a
     depthwise block's BN + ReLU6 come after its permute back to NHWC (`DepthwiseBlock`), and
     whether the exporter applies a depthwise convolution's activation on the taps' NHWC side
-    (`lower._activated_depthwise`; False: after their transpose, the form before)."""
+    (`lower._activated_depthwise`; False: after their transpose, the form before), and the AVX2
+    rule's register tile (`register_tile`: least depth and columns, rows, columns; None: the rule's
+    own, `data_tiling.REGISTER_TILE_MIN_SIZE` and `REGISTER_TILE`)."""
 
     flags: list[str]
     avx512: bool
@@ -194,6 +211,7 @@ class Variant(NamedTuple):
     epilogue_nhwc: bool = False
     activation_in_nhwc: bool = True
     scaled_taps: bool = True
+    register_tile: tuple[int, int, int] | None = None
 
 
 def _variants() -> dict[str, Variant]:
@@ -232,6 +250,14 @@ def _variants() -> dict[str, Variant]:
         "AVX2 as exported + inner-tiled": Variant(
             avx2, False, True, None, tiling_extra=("--iree-llvmcpu-enable-inner-tiled",)
         ),
+        # The AVX2 rule with the register tile from 64 channels (the rule before), and with other
+        # register tiles from 16 (MobileNetV2's small 1x1 convolutions).
+        "AVX2 tile from 64": Variant(avx2, False, True, None, register_tile=(64, 6, 16)),
+        "AVX2 6x16 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 6, 16)),
+        "AVX2 4x16 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 4, 16)),
+        "AVX2 8x8 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 8, 8)),
+        "AVX2 4x24 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 4, 24)),
+        "AVX2 12x8 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 12, 8)),
         # Depthwise forms: IREE's own depthwise convolution, the taps with the padding fused into
         # them, and the taps with BN + ReLU6 on their NHWC side (with and without that padding).
         "AVX2 IREE depthwise": Variant(avx2, False, True, None, taps=False),
@@ -274,6 +300,10 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
     decompositions.depthwise_as_taps = lambda *shape: variant.taps
     saved_activated, saved_scaled = lower._activated_depthwise, decompositions.SCALED_TAPS
     decompositions.SCALED_TAPS = variant.scaled_taps
+    saved_register = data_tiling.REGISTER_TILE_MIN_SIZE, data_tiling.REGISTER_TILE
+    if variant.register_tile is not None:
+        data_tiling.REGISTER_TILE_MIN_SIZE, *tile = variant.register_tile
+        data_tiling.REGISTER_TILE = tuple(tile)
     if not variant.activation_in_nhwc:
         lower._activated_depthwise = lambda *args: None
     try:
@@ -286,6 +316,7 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         decompositions.depthwise_as_taps = saved_taps
         lower._activated_depthwise = saved_activated
         decompositions.SCALED_TAPS = saved_scaled
+        data_tiling.REGISTER_TILE_MIN_SIZE, data_tiling.REGISTER_TILE = saved_register
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
 
 

@@ -19,13 +19,16 @@ elements (1 MiB, twice Zen 3's 512 KiB L2): ResNet-50's 196x256 by 256x1024 20.5
 2048x1000) 1.5 -> 8.9; at 3136 and 784 rows data tiling was 0.72-1.13x. The other matmuls IREE
 tiles in registers as 8 rows x 8 columns: 8 of AVX2's 16 vector registers accumulate, and each
 step of the reduction loads one vector of the weight for 8 broadcasts of the activations. Those
-of at least 48 rows and 64 columns and depth, and the batch matmuls of 16 rows or more and that
+of at least 48 rows and 16 columns and depth, and the batch matmuls of 16 rows or more and that
 size (Winograd's, `winograd.py`), get 6 rows x 16 columns instead (12 accumulators, two weight
 vectors for 6 broadcasts, as BLAS kernels for AVX2 do), through a `compilation_info` on the op:
 3136x256 by 256x64 30.3 -> 35.7 GFLOP/s, 3136x64 by 64x256 35.0 -> 40.5, 784x512 by 512x128
 35.8 -> 40.8, 196x1024 by 1024x256 29.4 -> 48.8 (PyTorch 31.3, 34.5, 42.1, 53.3), Winograd's
-16 x 49x256 by 256x256 28.9 -> 38.1 (PyTorch 36.5). Smaller matmuls (the zoo's, mostly) keep
-IREE's choice.
+16 x 49x256 by 256x256 28.9 -> 38.1 (PyTorch 36.5). The bound on columns and depth was 64; from
+16 it takes MobileNetV2's 1x1 convolutions of 16-32 channels at 112x112 to 28x28 too, where IREE's
+8 x 8 tile ran 0.76-0.99x as fast as 6 x 16 (12544x16 by 16x96 26.9 -> 32.7 GFLOP/s, 3136x24 by
+24x144 30.0 -> 39.3, 784x192 by 192x32 50.3 -> 63.4; 4 x 16 within 10% of it, 8 x 8, 12 x 8 and
+4 x 24 slower; `benchmarks/conv_shapes.py`). Smaller matmuls keep IREE's choice.
 
 The spec is a transform-dialect script, run by IREE's preprocessing
 (`--iree-preprocessing-transform-spec-filename`): it marks the matmuls to data-tile with IREE's
@@ -66,9 +69,11 @@ REGISTER_TILE_ROWS = {
     "linalg.batch_matmul": {(16, 96): 96, (97, None): 48},
 }
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
+REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
+REGISTER_TILE = (6, 16)  # rows x columns in registers
 
 
-def register_tile_info(rows: int, batch_dims: int) -> str:
+def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGISTER_TILE) -> str:
     """The `compilation_info` of a matmul (`batch_dims` 0) or batch matmul (1) whose workgroups take
     `rows` rows each, with the 6 x 16 register tile.
 
@@ -82,7 +87,7 @@ def register_tile_info(rows: int, batch_dims: int) -> str:
     return (
         "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
         f"cache_parallel = {sizes(1, rows, 64, 0)}, distribution = {sizes(1, rows, 64, 0)}, "
-        f"vector_common_parallel = {sizes(1, 6, 16, 0)}, vector_reduction = {sizes(0, 0, 0, 8)}>, "
+        f"vector_common_parallel = {sizes(1, *tile, 0)}, vector_reduction = {sizes(0, 0, 0, 8)}>, "
         "translation_info = #iree_codegen.translation_info<"
         "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>, {enable_loop_peeling}>>"
     )
@@ -109,9 +114,11 @@ def spec_text(
         for op, batch_dims in REGISTER_TILE_OPS.items():
             for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
                 suffix = f"{op.split('.')[1]}_{rows[0]}"
-                matchers.append(_matmul_matcher(f"@large_{suffix}", rows, 64, 64, op))
+                matchers.append(
+                    _matmul_matcher(f"@large_{suffix}", rows, REGISTER_TILE_MIN_SIZE, REGISTER_TILE_MIN_SIZE, op)
+                )
                 pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
-                info = register_tile_info(workgroup_rows, batch_dims)
+                info = register_tile_info(workgroup_rows, batch_dims, REGISTER_TILE)
                 actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
       %op: !transform.any_op {{transform.readonly}}) {{
     %info = transform.param.constant {info} -> !transform.any_param

@@ -167,3 +167,29 @@ def test_avx2_gives_winograds_batch_matmul_the_register_tile(monkeypatch) -> Non
     batch_matmuls = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
     assert batch_matmuls, "no batch matmul: the convolution did not take Winograd's form"
     assert all("vector_common_parallel = [1, 6, 16, 0]" in line for line in batch_matmuls), batch_matmuls
+
+
+class NarrowPointwise(nn.Module):
+    """MobileNetV2's expansion of 16 channels to 96 (here at 8x8: a 64x16 by 16x96 matmul, the
+    register tile with AVX2), and one of 8 channels (64x8 by 8x96: below the bound, IREE's tile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sixteen = nn.Conv2d(16, 96, 1)
+        self.eight = nn.Conv2d(8, 96, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(self.sixteen(x)), torch.relu(self.eight(y))
+
+
+def test_avx2_gives_matmuls_of_sixteen_channels_the_register_tile(monkeypatch) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    examples = (torch.randn(1, 16, 8, 8), torch.randn(1, 8, 8, 8))
+    configurations = _compiled(NarrowPointwise().eval(), examples, "executable-configurations")
+    matmuls = [line for line in configurations.splitlines() if "linalg.matmul" in line]
+    sixteen = [line for line in matmuls if "64x16xf32" in line]
+    eight = [line for line in matmuls if "64x8xf32" in line]
+    assert sixteen and eight, matmuls
+    assert all("vector_common_parallel = [6, 16, 0]" in line for line in sixteen), sixteen
+    assert all("vector_common_parallel = [6, 16, 0]" not in line for line in eight), eight
