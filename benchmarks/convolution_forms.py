@@ -2,7 +2,7 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls|depthwise|scaled-taps|ukernels]
+        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|inverted-residuals|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -16,7 +16,15 @@ False: IREE's own choice for every matmul) or on as exported; it is measured on 
 only. `--compare depthwise`: a depthwise convolution's ReLU6 / ReLU applied after the taps'
 transpose back to NCHW (`lower._activated_depthwise` patched to None) or on their NHWC side, as
 exported. `--compare scaled-taps`: depthwise taps with their weights divided by the channel's
-largest and the sum multiplied by it (`decompositions.SCALED_TAPS`), or not. `--compare ukernels`:
+largest and the sum multiplied by it (`decompositions.SCALED_TAPS`), or not. `--compare
+small-matmuls`: the AVX2 rule's register tile for matmuls of 64 or more channels in and out
+(`data_tiling.REGISTER_TILE_MIN_SIZE` patched to 64, the rule before) or of 16 or more, as exported
+(MobileNetV2's 1x1 convolutions of 16-32 channels). `--compare padded-expansion`: a depthwise
+convolution after the ReLU6 of a 1x1 one padding that activation (`constant_pad_nd`, the form
+before: `padded_expansion.Expansions.padded_input` patched to None) or reading the padded tensor
+the 1x1 convolution's matmul writes, as exported (`dycl_iree/padded_expansion.py`). `--compare
+inverted-residuals`: both of these before (register tile from 64, padding copied) and as exported.
+`--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
 alternating in this one process on `local-sync`, as CPU time per call (`compile_flags.check` and
@@ -45,7 +53,7 @@ import torch  # noqa: E402
 from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
-from dycl_iree import cpu_features, data_tiling, decompositions, lower, winograd  # noqa: E402
+from dycl_iree import cpu_features, data_tiling, decompositions, lower, padded_expansion, winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
@@ -59,7 +67,7 @@ def _with_all_ukernels(**rule: bool) -> list[str]:
 
 
 # Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
-# None to keep it).
+# None to keep it), or a list of those.
 COMPARISONS = {
     "winograd": {
         "without Winograd": (winograd, "output_tile", lambda *shape: 0),
@@ -77,6 +85,21 @@ COMPARISONS = {
         "unscaled taps": (decompositions, "SCALED_TAPS", False),
         "as exported (scaled taps)": (decompositions, "SCALED_TAPS", None),
     },
+    "small-matmuls": {
+        "register tile from 64 channels": (data_tiling, "REGISTER_TILE_MIN_SIZE", 64),
+        "as exported (register tile from 16 channels)": (data_tiling, "REGISTER_TILE_MIN_SIZE", None),
+    },
+    "padded-expansion": {
+        "depthwise input padded by a copy": (padded_expansion.Expansions, "padded_input", lambda *args: None),
+        "as exported (padded by the 1x1 convolution)": (padded_expansion.Expansions, "padded_input", None),
+    },
+    "inverted-residuals": {
+        "before both": [
+            (data_tiling, "REGISTER_TILE_MIN_SIZE", 64),
+            (padded_expansion.Expansions, "padded_input", lambda *args: None),
+        ],
+        "as exported (register tile from 16, padded expansions)": (data_tiling, "REGISTER_TILE_MIN_SIZE", None),
+    },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),
         "data-tiled matmuls with IREE's ukernels": (data_tiling, "compile_flags", _with_all_ukernels),
@@ -92,15 +115,18 @@ def export_forms(
     16/9 of their size) and the export's wall seconds, as text."""
     runs: dict[str, object] = {}
     sizes: dict[str, str] = {}
-    for name, (owner, attribute, rule) in forms.items():
-        saved = getattr(owner, attribute)
-        if rule is not None:
-            setattr(owner, attribute, rule)
+    for name, patch in forms.items():
+        patches = patch if isinstance(patch, list) else [patch]
+        saved = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
+        for owner, attribute, rule in patches:
+            if rule is not None:
+                setattr(owner, attribute, rule)
         start = time.perf_counter()
         try:
             bundle = dycl_iree.export(model, example, dynamic_shapes=dynamic_shapes, cache=False)
         finally:
-            setattr(owner, attribute, saved)
+            for owner, attribute, value in saved:
+                setattr(owner, attribute, value)
         if bundle.host != "compiled":
             raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
         path = bundle.save(folder / f"form-{len(runs)}.dycl")

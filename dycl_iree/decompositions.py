@@ -195,13 +195,18 @@ def _channels_last_taps(
     padding: Sequence[int],
     dilation: Sequence[int],
     fill: float,
+    padded_input: bool = False,
 ) -> tuple[list[torch.Tensor], int, int]:
     """The kernel's taps of an NCHW input as strided NHWC slices of the input padded with `fill`
-    (row-major over the kernel), and the output's height and width."""
-    _, _, height, width = input.shape
+    (row-major over the kernel), and the output's height and width. With `padded_input` the input
+    is that padded NHWC tensor already (`pointwise_convolution_padded`)."""
     (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, padding, dilation
-    nhwc = aten.permute(input, [0, 2, 3, 1])
-    padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, pad_w, pad_h, pad_h], fill) if pad_h or pad_w else nhwc
+    if padded_input:
+        padded, height, width = input, input.shape[1] - 2 * pad_h, input.shape[2] - 2 * pad_w
+    else:
+        _, _, height, width = input.shape
+        nhwc = aten.permute(input, [0, 2, 3, 1])
+        padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, pad_w, pad_h, pad_h], fill) if pad_h or pad_w else nhwc
     out_h = (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
     out_w = (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
     taps = []
@@ -256,11 +261,13 @@ def depthwise_convolution_as_taps(
     padding: Sequence[int],
     dilation: Sequence[int],
     activation: tuple[Any, ...] = (),
+    padded_input: bool = False,
 ) -> torch.Tensor:
     """A depthwise 2-D convolution (any stride, padding, dilation) as each kernel tap times its
     per-channel weights, summed element-wise in NHWC order (the weights scaled per channel and the
     sum scaled back, `SCALED_TAPS`), then `activation` (an element-wise op and its scalar arguments,
-    `depthwise_convolution_activated`) in NHWC too.
+    `depthwise_convolution_activated`) in NHWC too. With `padded_input`, `input` is the NHWC input
+    padded by `padding` already (`pointwise_convolution_padded`).
 
     IREE's own depthwise convolution runs at ~2 GFLOP/s in NCHW and is slower than this in NHWC
     too; the taps fuse into one element-wise dispatch, each tap reading whole channel vectors and
@@ -274,7 +281,7 @@ def depthwise_convolution_as_taps(
     True
     """
     out_channels, _, kernel_h, kernel_w = weight.shape
-    taps, _, _ = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation, 0.0)
+    taps, _, _ = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation, 0.0, padded_input)
     tap_weights = aten.permute(weight, [2, 3, 1, 0]).reshape(kernel_h * kernel_w, out_channels)
     scale = None
     if SCALED_TAPS:

@@ -265,3 +265,67 @@ def test_depthwise_activations_fuse_into_the_taps_and_match_pytorch(
         check_hosts(scripted, (compiled, python), (sample,))
     (label,) = python.decisions
     assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block (1x1 expansion + BN + ReLU6, depthwise 3x3 + BN + ReLU6, 1x1 projection +
+    BN, residual add), strided on one side of a branch; and a block whose expansion's ReLU6 a
+    second op reads too (the sum after it), which must keep its padding copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def unit(conv: nn.Conv2d, activation: bool) -> nn.Sequential:
+            norm = nn.BatchNorm2d(conv.out_channels)
+            with torch.no_grad():  # statistics as a trained network's, so that BN is not the identity
+                norm.running_mean.uniform_(-0.5, 0.5)
+                norm.running_var.uniform_(0.5, 2.0)
+                norm.bias.uniform_(-0.5, 0.5)
+            return nn.Sequential(conv, norm, nn.ReLU6()) if activation else nn.Sequential(conv, norm)
+
+        self.expand = unit(nn.Conv2d(8, 48, 1, bias=False), True)
+        self.depthwise = unit(nn.Conv2d(48, 48, 3, 1, 1, groups=48, bias=False), True)
+        self.strided = unit(nn.Conv2d(48, 48, 3, 2, 1, groups=48, bias=False), True)
+        self.project = unit(nn.Conv2d(48, 8, 1, bias=False), False)
+        self.shared = unit(nn.Conv2d(8, 40, 1), True)
+        self.plain = nn.Conv2d(40, 40, 3, 1, 1, groups=40)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 1.0:
+            return self.project(self.strided(self.expand(x)))
+        y = x + self.project(self.depthwise(self.expand(x)))
+        s = self.shared(y)
+        return self.plain(s).sum() + s.sum() + y
+
+
+def test_inverted_residual_pads_its_expansion_in_the_matmul_and_matches_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The depthwise convolution after a 1x1 convolution's ReLU6 that nothing else reads takes the
+    padded tensor the 1x1 convolution's matmul writes (`padded_expansion`), on both sides of the
+    branch, strided or not; the one whose input another op reads keeps its own padding. The hosts
+    match PyTorch, NaN included."""
+    from dycl_iree import lower
+
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    paddings = []
+
+    def recording(*args: Any) -> torch.Tensor:
+        paddings.append((tuple(args[1].shape), tuple(args[3])))
+        return lower_padded(*args)
+
+    lower_padded = lower.pointwise_convolution_padded
+    monkeypatch.setattr(lower, "pointwise_convolution_padded", recording)
+    torch.manual_seed(0)
+    model = InvertedResidual().eval()
+    nan = torch.randn(1, 8, 56, 56)  # the least size that takes the form (`padded_expansion.MIN_SIZE`)
+    nan[0, 3, 4, 5] = float("nan")
+    samples = [torch.randn(1, 8, 56, 56), torch.randn(1, 8, 56, 56) + 3.0, nan]
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "inverted_residual")
+    # The expansion before either depthwise convolution (a segment may be traced more than once),
+    # never the shared one (8 -> 40); export_compiled checks that the compiled host was taken.
+    assert set(paddings) == {((48, 8, 1, 1), (1, 1))} and len(paddings) >= 2, paddings
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions

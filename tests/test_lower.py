@@ -94,6 +94,47 @@ def test_activated_depthwise_matches_conv2d_then_the_activation(name, activation
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("form", ["taps", "left to IREE"])
+@pytest.mark.parametrize("activation", ["relu6", "relu", None])
+@pytest.mark.parametrize(
+    "name", sorted(name for name in CASES if name.startswith("depthwise") and "no padding" not in name)
+)
+def test_padded_expansion_matches_the_pointwise_then_depthwise_convolution(name, activation, form, monkeypatch):
+    """`padded_expansion`: a 1x1 convolution + ReLU6 (or ReLU) computed on the padded input with its
+    border zeroed, then the depthwise convolution (+ its activation, or none) of that padded NHWC
+    tensor, as taps or (where the taps are not taken) IREE's convolution without padding, equal
+    conv2d, activation, conv2d, activation in PyTorch; a NaN in the input stays where PyTorch puts it."""
+    from dycl_iree import decompositions
+    from dycl_iree.padded_expansion import depthwise_convolution_of_padded, inside_mask, pointwise_convolution_padded
+
+    monkeypatch.setattr(decompositions, "depthwise_as_taps", lambda *shape: form == "taps")
+    input_shape, weight_shape, options = CASES[name]
+    generator = torch.Generator().manual_seed(0)
+    channels = weight_shape[0]
+    x = torch.randn(input_shape[0], 5, *input_shape[2:], generator=generator)
+    x[0, 2, 1, 1] = float("nan")
+    expand_weight = torch.randn(channels, 5, 1, 1, generator=generator)
+    expand_bias = torch.randn(channels, generator=generator) - 3.0  # ReLU6(bias) is 0 nowhere but some
+    weight = torch.randn(weight_shape, generator=generator)
+    options = dict(options)
+    bias = torch.randn(channels, generator=generator) if options.pop("bias", False) else None
+    expanded = F.relu6(F.conv2d(x, expand_weight, expand_bias))
+    expected = F.conv2d(expanded, weight, bias, **options)
+    settings = [_pair(options.get(key, default)) for key, default in (("stride", 1), ("padding", 0), ("dilation", 1))]
+    mask = inside_mask(*input_shape[2:], settings[1]) if form == "taps" else None  # given, or computed
+    padded = pointwise_convolution_padded(x, expand_weight, expand_bias, settings[1], mask, "hardtanh", 0.0, 6.0)
+    assert padded.shape[1:3] == (input_shape[2] + 2 * settings[1][0], input_shape[3] + 2 * settings[1][1])
+    scalars: tuple = ()
+    if activation is not None:
+        op, scalars = ("hardtanh", (0.0, 6.0)) if activation == "relu6" else ("relu", ())
+        expected = {"hardtanh": F.hardtanh, "relu": F.relu}[op](expected, *scalars)
+        actual = depthwise_convolution_of_padded(padded, weight, bias, *settings, op, *scalars)
+    else:
+        actual = depthwise_convolution_of_padded(padded, weight, bias, *settings)
+    assert actual.is_contiguous() and torch.isnan(expected).any()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize(
     "weight_shape, groups, stride, padding",
     [

@@ -1,0 +1,181 @@
+"""A 1x1 convolution whose activated output feeds a padded depthwise convolution, written so that the
+matmul's own dispatch writes the padded tensor the depthwise taps read (MobileNetV2's expansion and
+depthwise convolution; chosen by `lower._segment_graph`).
+
+Written as the model does, the depthwise taps (`decompositions.depthwise_convolution_as_taps`) pad
+the expansion's output with `constant_pad_nd`, which IREE 3.13 runs as a copy of the whole expanded
+activation into a padded buffer (`slow_memcpy`, 7-8% of MobileNetV2's time with AVX2). Here the
+expansion's input is padded instead (6x narrower in MobileNetV2), the matmul runs over the padded
+pixels and its border is set to zero after the activation, fused into the matmul's dispatch.
+
+Example:
+    >>> x, w, b = torch.randn(1, 4, 6, 6), torch.randn(8, 4, 1, 1), torch.randn(8)
+    >>> padded = pointwise_convolution_padded(x, w, b, [1, 1], inside_mask(6, 6, [1, 1]), "relu")
+    >>> tuple(padded.shape)
+    (1, 8, 8, 8)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .decompositions import depthwise_as_taps, depthwise_convolution_as_taps
+from .program import ListArg, Segment, Value
+
+aten = torch.ops.aten
+
+
+def depthwise_convolution_of_padded(
+    padded: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    activation: str = "",
+    *scalars: float,
+) -> torch.Tensor:
+    """`conv2d` (depthwise, with `padding`), then `activation` if one is named, of the NHWC tensor
+    `padded` that holds the convolution's input padded by `padding` already
+    (`pointwise_convolution_padded`); the result in NCHW.
+
+    >>> x, w, b = torch.randn(1, 3, 8, 8), torch.randn(3, 1, 3, 3), torch.randn(3)
+    >>> padded = torch.nn.functional.pad(x.permute(0, 2, 3, 1), (0, 0, 1, 1, 1, 1))
+    >>> out = depthwise_convolution_of_padded(padded, w, b, [2, 2], [1, 1], [1, 1], "relu")
+    >>> torch.allclose(out, torch.relu(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3)), atol=1e-5)
+    True
+    """
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}.get(activation)
+    activated = (op, *scalars) if op is not None else ()
+    if not depthwise_as_taps(weight.shape[0], padded.shape[1:3], stride):
+        nchw = aten.permute(padded, [0, 3, 1, 2])
+        out = aten.conv2d.default(nchw, weight, bias, stride, [0, 0], dilation, weight.shape[0])
+        return op(out, *scalars) if op is not None else out
+    return depthwise_convolution_as_taps(padded, weight, bias, stride, padding, dilation, activated, padded_input=True)
+
+
+def pointwise_convolution_padded(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    inside: torch.Tensor | None,
+    activation: str,
+    *scalars: float,
+) -> torch.Tensor:
+    """A 1x1 convolution (stride 1, no groups) then `activation` ("hardtanh" or "relu"), as NHWC
+    padded by `padding` with zeros: the input of a depthwise convolution after it
+    (`depthwise_convolution_of_padded`; MobileNetV2's expansion, then its depthwise convolution).
+    `inside` is the padded input's [1, H, W, 1] mask of the pixels inside the input (`inside_mask`),
+    given as a constant (None: computed here); the zeroed border follows it.
+
+    The matmul runs over the padded input's pixels and the border is set to zero after the
+    activation (the border's matmul rows are the bias, which the activation need not keep at zero),
+    so IREE writes the padded tensor from the matmul's own dispatch. A `constant_pad_nd` of the
+    matmul's result instead becomes a copy of the whole expanded activation into a padded buffer
+    (`slow_memcpy`), 7-8% of MobileNetV2's time with AVX2; this pads the 6x narrower input instead.
+
+    >>> x, w, b = torch.randn(1, 4, 6, 6), torch.randn(8, 4, 1, 1), torch.randn(8)
+    >>> out = pointwise_convolution_padded(x, w, b, [1, 1], None, "hardtanh", 0.0, 6.0)
+    >>> expected = torch.nn.functional.relu6(torch.nn.functional.conv2d(x, w, b))
+    >>> torch.allclose(out, torch.nn.functional.pad(expected.permute(0, 2, 3, 1), (0, 0, 1, 1, 1, 1)), atol=1e-5)
+    True
+    """
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    out_channels, channels = weight.shape[:2]
+    pad_h, pad_w = padding
+    padded = aten.constant_pad_nd(aten.permute(input, [0, 2, 3, 1]), [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0)
+    batch, height, width, _ = padded.shape
+    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(channels, out_channels)
+    out = aten.mm(padded.reshape(batch * height * width, channels), matrix)
+    if bias is not None:
+        out = out + bias
+    out = op(out, *scalars).reshape(batch, height, width, out_channels)
+    if inside is None:
+        rows, columns = torch.arange(height), torch.arange(width)
+        inside_rows = ((rows >= pad_h) & (rows < height - pad_h)).reshape(1, height, 1, 1)
+        inside_columns = ((columns >= pad_w) & (columns < width - pad_w)).reshape(1, 1, width, 1)
+        inside = inside_rows & inside_columns
+    return aten.where.ScalarOther(inside, out, 0.0)
+
+
+def inside_mask(height: int, width: int, padding: Sequence[int]) -> torch.Tensor:
+    """The [1, height + 2 pad_h, width + 2 pad_w, 1] mask of the pixels of a padded NHWC tensor that
+    lie inside the unpadded one."""
+    pad_h, pad_w = padding
+    inside = torch.zeros(1, height + 2 * pad_h, width + 2 * pad_w, 1, dtype=torch.bool)
+    inside[:, pad_h : pad_h + height, pad_w : pad_w + width] = True
+    return inside
+
+
+_ACTIVATIONS = {aten.hardtanh.default: "hardtanh", aten.relu.default: "relu"}
+# The least height and width of the expansion's output that takes this form: the matmul also runs
+# over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at 14x14, where MobileNetV2's
+# blocks measured no faster or slower than with the padding copy (`benchmarks/inverted_residual.py`).
+MIN_SIZE = 56
+
+
+class Expansions:
+    """Finds, walking a segment's ops in order, the depthwise convolutions whose input is the ReLU6
+    (or ReLU) of a 1x1 convolution read by nothing else: `lower._segment_graph` gives `padded_input`'s
+    arguments to `pointwise_convolution_padded` and the depthwise convolution that padded tensor.
+
+    Only the rewrite's own conditions are checked here: a 1x1 convolution with stride 1, no
+    padding, dilation or groups and every argument given; bounds of the activation that are
+    constants; a depthwise convolution with a padding of ints (`lower._is_depthwise` checks the rest)
+    of an input of at least `MIN_SIZE` x `MIN_SIZE`, known at export.
+    """
+
+    def __init__(self, segment: Segment) -> None:
+        self.uses: Counter[Value] = Counter()
+        for op in segment.nodes:
+            for arg in (*op.args, *(arg for _, arg in op.kwargs)):
+                self.uses.update(_values(arg))
+        self.uses.update(segment.results)
+        self.convolutions: dict[Value, list] = {}  # a 1x1 convolution's output: its arguments
+        self.activated: dict[Value, tuple] = {}  # its activation's output: (arguments, activation, bounds)
+
+    def note(self, op: Any, overload: Any, args: list, kwargs: dict, weight: torch.Tensor | None) -> None:
+        """Remember a 1x1 convolution of the constant filter `weight`, or the activation of one."""
+        if weight is not None and overload is aten.conv2d.default and not kwargs and _pointwise(args, weight):
+            self.convolutions[op.outputs[0]] = args
+        elif overload in _ACTIVATIONS and not kwargs and op.args and self._single_use(op.args[0], self.convolutions):
+            if all(type(bound) in (int, float) for bound in args[1:]):
+                self.activated[op.outputs[0]] = (self.convolutions[op.args[0]], _ACTIVATIONS[overload], *args[1:])
+
+    def padded_input(self, op: Any, args: list) -> tuple | None:
+        """`pointwise_convolution_padded`'s arguments for the depthwise convolution `op` (`args`),
+        or None where its input is not such an activation or it has no padding."""
+        padding, shape = args[4], op.args[0].type.shape
+        if not self._single_use(op.args[0], self.activated) or not any(padding):
+            return None
+        if not all(type(size) is int and size >= MIN_SIZE for size in shape[2:]):
+            return None
+        convolution, activation, *bounds = self.activated[op.args[0]]
+        return (convolution[0], convolution[1], convolution[2], list(padding), None, activation, *bounds)
+
+    def _single_use(self, value: Any, found: dict) -> bool:
+        return isinstance(value, Value) and value in found and self.uses[value] == 1
+
+
+def _pointwise(args: list, weight: torch.Tensor) -> bool:
+    """Whether conv2d's arguments are a 1x1 filter with stride 1, no padding, no dilation, no groups."""
+    if len(args) != 7 or tuple(weight.shape[2:]) != (1, 1):
+        return False
+    stride, padding, dilation, groups = args[3:7]
+    settings = (stride, padding, dilation)
+    if not all(isinstance(setting, (list, tuple)) and len(setting) == 2 for setting in settings):
+        return False
+    return list(stride) == [1, 1] and list(padding) == [0, 0] and list(dilation) == [1, 1] and groups == 1
+
+
+def _values(arg: Any) -> list[Value]:
+    if isinstance(arg, Value):
+        return [arg]
+    if isinstance(arg, ListArg):
+        return [value for item in arg.items for value in _values(item)]
+    return []
