@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import cpu_features
+from .index_clamping import IN_RANGE
 from .nan_keeping import KEEPING_NAN
 
 aten = torch.ops.aten
@@ -44,7 +45,7 @@ def decomposition_table() -> dict[Any, Any]:
         table[op] = _in_float32_for_float64(op, table.get(op))
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
-    for op, rewrite in _IN_RANGE.items():
+    for op, rewrite in IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
 
@@ -698,127 +699,3 @@ def _without_reentry(rewrite: Any, original: Any) -> Any:
     rewritten.__name__ = rewrite.__name__
     rewritten.__doc__ = rewrite.__doc__
     return rewritten
-
-
-def _clamped(index: torch.Tensor, size: Any, wrap_negative: bool) -> torch.Tensor:
-    if wrap_negative:
-        index = aten.where.self(aten.lt(index, 0), aten.add(index, size), index)
-    return aten.clamp(index, 0, size - 1)
-
-
-def embedding_in_range(weight: torch.Tensor, indices: torch.Tensor, *rest: Any) -> torch.Tensor:
-    """`embedding` with its indices clamped to the table's rows.
-
-    >>> embedding_in_range(torch.eye(3), torch.tensor([1, 7])).tolist()
-    [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
-    """
-    return aten.embedding(weight, _clamped(indices, weight.shape[0], False), *rest)
-
-
-def index_select_in_range(input: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
-    return aten.index_select(input, dim, _clamped(index, input.shape[dim], False))
-
-
-def gather_in_range(input: torch.Tensor, dim: int, index: torch.Tensor, sparse_grad: bool = False) -> torch.Tensor:
-    return aten.gather(input, dim, _clamped(index, input.shape[dim], False), sparse_grad=sparse_grad)
-
-
-def index_in_range(input: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tensor:
-    """`x[i]` with index tensors: negatives wrap as in PyTorch, then every index is clamped."""
-    kept = [
-        index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
-        for dim, index in enumerate(indices)
-    ]
-    return aten.index.Tensor(input, kept)
-
-
-def index_put_in_range(
-    input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool = False
-) -> torch.Tensor:
-    """`x[i] = v` with index tensors: negatives wrap as in PyTorch, then every index is clamped.
-
-    A 0-d index (`remaining[i] = 0.0` with `i = scores.argmax()`, as in non-maximum suppression)
-    becomes a 1-element one: torch-mlir's TorchToTMTensor crashes on a 0-d index of
-    `index_put.hacked_twin` (iree-compile exits with SIGSEGV in ConvertAtenIndexPutHackedTwinOp).
-    Indices broadcast together, and the values broadcast to the indexed shape, so the write is the
-    same.
-
-    >>> index_put_in_range(torch.zeros(3), [torch.tensor(1)], torch.tensor(5.0)).tolist()
-    [0.0, 5.0, 0.0]
-    """
-    masked = _masked_write(input, indices, values, accumulate)
-    if masked is not None:
-        return masked
-    kept = [
-        index if index is None or index.dtype == torch.bool else _clamped(index, input.shape[dim], True)
-        for dim, index in enumerate(indices)
-    ]
-    kept = [aten.reshape(index, [1]) if index is not None and index.dim() == 0 else index for index in kept]
-    return aten.index_put.default(input, kept, values, accumulate)
-
-
-def _masked_write(
-    input: torch.Tensor, indices: Sequence[torch.Tensor | None], values: torch.Tensor, accumulate: bool
-) -> torch.Tensor | None:
-    """`x[mask] = v` (or `x[:, mask] += v`) with one value for every selected element, as a `where`;
-    None for other writes.
-
-    torch-mlir lowers a boolean index through `nonzero`, whose result it pads to the mask's size
-    with index 0: with no element selected, `scores[finished] = 0.0` zeroed `scores[0]` (a wrong
-    result, not an error). A `where` selects nothing then, and needs no data-dependent size.
-
-    >>> _masked_write(torch.ones(3), [torch.tensor([False, True, False])], torch.tensor(5.0), False).tolist()
-    [1.0, 5.0, 1.0]
-    """
-    leading = 0
-    while leading < len(indices) and indices[leading] is None:
-        leading += 1
-    if leading == len(indices) or any(index is not None for index in indices[leading + 1 :]):
-        return None
-    mask = indices[leading]
-    if mask.dtype != torch.bool:
-        return None
-    trailing = input.dim() - leading - mask.dim()
-    if values.dim() > trailing:
-        if values.numel() != 1:
-            return None
-        values = aten.reshape(values, [])
-    shape = [1] * leading + list(mask.shape) + [1] * trailing
-    mask = aten.reshape(mask, shape)
-    values = aten.to.dtype(values, input.dtype)
-    if accumulate:
-        return aten.where.self(mask, aten.add.Tensor(input, values), input)
-    return aten.where.self(mask, values, input)
-
-
-def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:
-    """A rewrite of `overload(input, dim, index, ...)` (a scatter or an indexed write) with its index clamped."""
-
-    def rewritten(input: torch.Tensor, dim: int, index: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
-        return overload(input, dim, _clamped(index, input.shape[dim], wrap_negative), *rest, **kwargs)
-
-    rewritten.__name__ = f"{overload.__name__.replace('.', '_')}_in_range"
-    return rewritten
-
-
-_INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
-_IN_RANGE = {
-    aten.embedding.default: embedding_in_range,
-    aten.index_select.default: index_select_in_range,
-    aten.gather.default: gather_in_range,
-    aten.index.Tensor: index_in_range,
-    aten.index_put.default: index_put_in_range,
-    # A write past the end would write outside the buffer.
-    **{
-        overload: _writes_in_range(overload, False)
-        for overload in (
-            aten.scatter.src,
-            aten.scatter.value,
-            aten.scatter_add.default,
-            aten.scatter_reduce.two,
-            aten.index_add.default,
-            aten.index_copy.default,
-        )
-    },
-    **{overload: _writes_in_range(overload, True) for overload in _INDEX_FILLS},
-}

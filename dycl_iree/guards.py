@@ -169,7 +169,7 @@ def _largest_id(program: Program) -> int:
 
 
 # --- Indices computed on the device ----------------------------------------------------------------
-# The lowering clamps them (`decompositions.py`), so no kernel reads or writes outside its buffer;
+# The lowering clamps them (`index_clamping.py`), so no kernel reads or writes outside its buffer;
 # to raise where PyTorch raises, the segment also returns a 0-d int64, the position of its first
 # lookup with an index out of range (or their count), which the host reads after the call and
 # checks like a host index. That read is a device sync, paid only by segments that look up or

@@ -11,7 +11,7 @@ Boolean indices are rewritten into what PyTorch itself runs for them: `x[mask]` 
 `x[i_1, ..., i_k]` with the k columns of `mask.nonzero()`; `masked_select(x, mask)` is the flat
 broadcast `x` indexed by the flat broadcast mask; `torch.where(mask)` the columns. A write through a
 mask that needs no count (`x[mask] = v` with one value per selected element's trailing dims) stays
-a `where` (`decompositions._masked_write`); one whose values are a selection (`x[m] += 1`) takes the
+a `where` (`index_clamping._masked_write`); one whose values are a selection (`x[m] += 1`) takes the
 indices too.
 
 Without this, torch's meta kernel of `nonzero` refuses to compute a size it cannot know.
