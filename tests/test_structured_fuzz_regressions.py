@@ -189,6 +189,46 @@ def test_a_piece_that_one_side_of_a_branch_appends_with_a_dynamic_batch(tmp_path
     assert set(python.decisions[label]) == {True, False}
 
 
+class PiecesAndRowsJoinedAlongTheirOwnDims(nn.Module):
+    """Pieces as wide as the data says joined along their width, and rows a branch in the same loop
+    appends joined along the batch, which is dynamic (fuzzer seed 80023, cut down). The model
+    concatenates lists along dims 0 and 1, both dynamic in the pieces, so which was the pieces'
+    own was not known: they were stacked, and the second piece of another width raised "the
+    tensors of a list that grows at run time must have the same sizes" where PyTorch joins them."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        pieces: List[torch.Tensor] = []
+        rows: List[torch.Tensor] = []
+        pieces.append(h[:, : int(h.argmax(1).max()) % 8 + 1] * 0.5)
+        for _ in range(n):
+            h = torch.tanh(h) + 0.1
+            pieces.append(h[:, : int((h > 0.0).sum()) % 8 + 1] * 0.5)
+            if float(h.sum()) > 3.0:
+                rows.append(h * 0.5)
+                break
+        return h, torch.cat(pieces + [h], 1), torch.cat(rows + [h], 0)
+
+
+def test_pieces_and_rows_joined_along_different_dynamic_dims_keep_their_own_layouts(tmp_path):
+    model = PiecesAndRowsJoinedAlongTheirOwnDims()
+    example, dynamic = (torch.randn(2, 8), 2), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "own_dims", dynamic)
+    generators = [torch.Generator().manual_seed(seed) for seed in range(10)]
+    cases = [(torch.randn(1 + seed % 3, 8, generator=g) * 2.0, seed % 4) for seed, g in enumerate(generators)]
+    cases += [(torch.full((2, 8), 2.0), 3), (torch.full((3, 8), -2.0), 3)]  # the break at once; never
+    shapes = set()
+    for inputs in cases:
+        h, joined, stacked = check_hosts(scripted, [compiled, python], inputs)
+        shapes.add((joined.shape[1] - h.shape[1], stacked.shape[0] // h.shape[0]))
+    assert len({width for width, _ in shapes}) >= 4, shapes  # pieces of several widths and counts
+    assert {rows for _, rows in shapes} == {1, 2}, shapes  # without and with the row the break appends
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {0, 1, 3} <= trips, python.trip_counts  # no trip, the break at once, the loop to its end
+    (label,) = [label for label in python.decisions if label.startswith("if")]
+    assert set(python.decisions[label]) == {True, False}, python.decisions
+
+
 class PiecesBeforeALoopThatMayReturn(nn.Module):
     """A list that starts with a piece of a data-dependent width, returned (joined) from inside a
     loop, and grown by a second piece after the loop (fuzzer seed 80136, cut down). Making the list

@@ -85,7 +85,7 @@ class ControlFlow:
             then_results = self.constant_tuples_apart(then_results, then_nodes, source)
             else_results = self.constant_tuples_apart(else_results, else_nodes, source)
             pairs = [_uninitialized_like(a, b) for a, b in zip(then_results, else_results)]
-            pairs = [self.join_paths(a, b, then_nodes, else_nodes, source) for a, b in pairs]
+            pairs = self.join_each(pairs, [*node.outputs(), *mutated], then_nodes, else_nodes, source)
             then_results, else_results = [a for a, _ in pairs], [b for _, b in pairs]
         then_leaves, structure = flatten_entries(then_results)
         else_leaves, else_structure = flatten_entries(else_results)
@@ -146,6 +146,15 @@ class ControlFlow:
         for ts_value, entry in zip(mutated, rebuilt[len(ts_outputs) :]):
             self.bind(ts_value, entry)
         mark_stale(self, mutated, source, keep={value.unique() for value in mutated})
+
+    def join_each(self, pairs: list, ts_values: list, nodes_a: list, nodes_b: list, source: str) -> list:
+        """`join_paths` of each pair, the model's value it stands for (`ts_values`, in order) named to
+        `list_layout`: which dims `torch.cat` joins that list along decides its form."""
+        joined = []
+        for (a, b), ts_value in zip(pairs, ts_values):
+            with self.laying_out(ts_value):
+                joined.append(self.join_paths(a, b, nodes_a, nodes_b, source))
+        return joined
 
     def join_paths(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
         """`reconcile` two paths' entries, where a list one path leaves unset (what a `return xs`
@@ -294,7 +303,9 @@ class ControlFlow:
                 self.size_witnesses = initial_leaves
                 self.read_along = dims_read_along(mutated)
                 try:
-                    pairs = [self.join_paths(a, b, self.nodes, [], source) for a, b in zip(initial, results[1:])]
+                    pairs = self.join_each(
+                        list(zip(initial, results[1:])), [*ts_outputs, *mutated], self.nodes, [], source
+                    )
                 finally:
                     self.size_witnesses, self.read_along = [], set()
                 reconciled = [a for a, _ in pairs]

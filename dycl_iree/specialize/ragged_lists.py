@@ -21,7 +21,8 @@ Example (what the Program does for `torch.cat(chunks, 0)` after `chunks.append(x
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
@@ -34,6 +35,21 @@ from .values import INT64_MAX, RaggedList, TensorList, element_type, hint_of, te
 
 class RaggedLists:
     """Lists of tensors concatenated along one dim, with their sizes (a mixin of the specializer)."""
+
+    @contextmanager
+    def laying_out(self, ts_value: torch._C.Value | None) -> Iterator[None]:
+        """`list_layout` decides the form of the model's list `ts_value` meanwhile (None: unknown)."""
+        saved, self.layout_list = self.layout_list, None if ts_value is None else ts_value.unique()
+        try:
+            yield
+        finally:
+            self.layout_list = saved
+
+    def dims_of_list(self) -> set[int]:
+        """The dims `torch.cat` joins the list being laid out along, where every use of it the
+        graph shows is such a `cat` (`list_concatenation_dims`); else those of every list."""
+        known = self.list_dims.get(self.layout_list) if self.layout_list is not None else None
+        return known if known is not None else self.concatenation_dims
 
     def list_layout(self, entries: list, source: str) -> int | None:
         """How lists of tensors that meet (two paths' lists, a list and what is appended or added to
@@ -76,7 +92,8 @@ class RaggedLists:
         # it, even when the list starts with a tensor, and not stacked (whose appends must match).
         # Where the model concatenates lists along several of its dynamic dims, which is this
         # list's is not known here: stacked, as before.
-        along = set(dynamic) & self.concatenation_dims
+        concatenated = self.dims_of_list()
+        along = set(dynamic) & concatenated
         if not differing and not starts_empty and (self.stacks_lists or len(along) != 1):
             return None
         if not differing and len(self.read_along) == 1 and self.size_witness(element_type(types, source)) is None:
@@ -86,7 +103,7 @@ class RaggedLists:
             (read,) = self.read_along
             if 0 <= read < first.rank:
                 return read
-        if not differing and (self.stacks_lists or not set(dynamic) & self.concatenation_dims):
+        if not differing and (self.stacks_lists or not set(dynamic) & concatenated):
             if self.size_witness(element_type(types, source)) is not None:
                 return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
             if len(dynamic) > 1:
@@ -94,16 +111,16 @@ class RaggedLists:
                 # rows per segment, as wide as the utterance): concatenated along the one the
                 # model concatenates such lists along, or the first (torch.cat's default dim 0);
                 # its other sizes come with the first append (`first_sized_join`).
-                return _kept_along(dynamic, self.concatenation_dims)
+                return _kept_along(dynamic, concatenated)
             # No tensor to take the dynamic size from: kept concatenated along that dim, whose
             # empty form is fully static (0 there); `torch.stack` checks the sizes agree.
             return dynamic[0]
         candidates = differing or dynamic
         if starts_empty and not differing and len(candidates) > 1:
-            return _kept_along(candidates, self.concatenation_dims)
+            return _kept_along(candidates, concatenated)
         if len(candidates) > 1:
             # Several dims vary: the one the model concatenates these lists along, if it says.
-            preferred = [d for d in candidates if d in self.concatenation_dims]
+            preferred = [d for d in candidates if d in concatenated]
             candidates = preferred if len(preferred) == 1 else candidates
         if len(candidates) > 1:
             shapes = sorted({str(list(t.shape)).replace("None", "?") for t in types})
@@ -485,3 +502,44 @@ def concatenation_dims(graph: torch._C.Graph, mutated_lists: set[int]) -> tuple[
             if isinstance(dim, int) and dim >= 0:
                 dims.add(dim)
     return dims, stacks
+
+
+def list_concatenation_dims(graph: torch._C.Graph) -> dict[int, set[int] | None]:
+    """For each list value that reaches a `torch.cat` or `torch.stack` of a list (through list
+    additions, slices and copies: `torch.cat(pieces + [h], 1)`), the dims it is concatenated along,
+    or None where one of those is a `stack` or a dim not known before the run. A model that joins
+    one list along its width and another along its batch, both dynamic, has both dims in
+    `concatenation_dims`; each list's own is known only from here (fuzzer seed 80023)."""
+    dims: dict[int, set[int] | None] = {}
+
+    def reach(value: torch._C.Value, dim: int | None, seen: set[int]) -> None:
+        if value.unique() in seen:
+            return
+        seen.add(value.unique())
+        known = dims.setdefault(value.unique(), set())
+        if known is not None:
+            if dim is None:
+                dims[value.unique()] = None
+            else:
+                known.add(dim)
+        producer = value.node()
+        if producer.kind() in ("aten::add", "aten::slice", "aten::list", "aten::copy"):
+            for operand in producer.inputs():
+                if operand.type().kind() == "ListType":
+                    reach(operand, dim, seen)
+        elif producer.kind() in ("prim::Loop", "prim::If"):  # `xs = xs + [x]` in a loop or a branch
+            position = value.offset()
+            if producer.kind() == "prim::Loop":
+                reach(producer.inputsAt(position + 2), dim, seen)
+            for block in producer.blocks():
+                reach(list(block.outputs())[position + (producer.kind() == "prim::Loop")], dim, seen)
+
+    for kind in ("aten::cat", "aten::stack"):
+        for node in graph.findAllNodes(kind):
+            inputs = list(node.inputs())
+            if len(inputs) < 2 or inputs[0].type().kind() != "ListType":
+                continue
+            dim = inputs[1].toIValue() if inputs[1].node().kind() == "prim::Constant" else None
+            along = dim if kind == "aten::cat" and isinstance(dim, int) and dim >= 0 else None
+            reach(inputs[0], along, set())
+    return dims

@@ -200,7 +200,8 @@ class TensorLists:
             self.bind(node.output(), self.stacked_concatenation(kind, stacked, entries, source))
             return
         if kind == "aten::add" and any(isinstance(e, (TensorList, RaggedList)) for e in entries):
-            dim = self.list_layout(entries, source)
+            with self.laying_out(node.output()):
+                dim = self.list_layout(entries, source)
             if dim is not None:
                 # Tensors of different sizes: both concatenated along `dim`, then joined.
                 element = self.ragged_element(entries, dim, source)
@@ -274,7 +275,8 @@ class TensorLists:
         value per item, a TensorList or RaggedList grows by a `cat`, a host list by a host op
         (`values.append_to_list`). SSA: the list's TorchScript value now means the grown list."""
         items, item = entries
-        grown = append_to_list(self, items, item, source, value_name(node.inputsAt(0)))
+        with self.laying_out(node.inputsAt(0)):
+            grown = append_to_list(self, items, item, source, value_name(node.inputsAt(0)))
         self.bind(node.inputsAt(0), grown)
         self.bind(node.output(), grown)
 

@@ -56,7 +56,7 @@ from .host_ops import SYNC_OPS, HostScalars
 from .list_tensors import ListTensors
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .packed import PackedSequences
-from .ragged_lists import RaggedLists, concatenation_dims
+from .ragged_lists import RaggedLists, concatenation_dims, list_concatenation_dims
 from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
 from .schemas import (
     DTYPE_CODES,
@@ -147,6 +147,8 @@ class _Specializer(
         self.mutated_lists = collect_mutated_lists(captured.graph)
         self.inner_lists: dict[int, list] = {}  # a mutable list -> the lists holding it (`aliasing`)
         self.concatenation_dims, self.stacks_lists = concatenation_dims(captured.graph, self.mutated_lists)
+        self.list_dims = list_concatenation_dims(captured.graph)  # each list's own (`laying_out`)
+        self.layout_list: int | None = None
         self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
         self.read_along: set[int] = set()  # see `ragged_lists.dims_read_along`
         self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
@@ -335,16 +337,18 @@ class _Specializer(
         """Visit a TorchScript function's graph with `arguments` bound to its inputs; its result.
 
         The graph's values are numbered apart from the model's, so it gets its own environment."""
-        saved = (self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists)
+        saved = (self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists, self.list_dims)
         self.env, self.views, self.unlinked_views, self.inner_lists = {}, {}, set(), {}
         self.mutated_lists = collect_mutated_lists(graph)
+        self.list_dims = list_concatenation_dims(graph)
         try:
             for ts_value, entry in zip(graph.inputs(), arguments):
                 self.bind(ts_value, entry)
-            self.visit_nodes(graph.nodes())
+            with self.laying_out(None):
+                self.visit_nodes(graph.nodes())
             return self.entry(next(graph.outputs()))
         finally:
-            self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists = saved
+            self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists, self.list_dims = saved
 
     def visit_uninitialized(self, node: torch._C.Node) -> None:
         self.bind(node.output(), Constant(UNINITIALIZED))
