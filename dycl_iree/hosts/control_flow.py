@@ -172,8 +172,10 @@ class ControlFlowEmitter:
         # barriers: there the canonicalizer dropped the size of a dict's value that the inner loop
         # passes on (`for: for: d["k"] = h * 2.0; if c: return h, d`, dynamic batch), and the
         # loop's arguments no longer matched ("region branch point has 12 operands, but region
-        # successor needs 13 inputs").
-        passed_sized = [h or (enclosing > 0 and _dynamic(arg)) for h, arg in zip(held, node.initial)]
+        # successor needs 13 inputs"). So in a for-like loop: there the sizes it passes on were all
+        # the batch read at the top of the body, and the same was dropped of a dict's value or a
+        # tensor the body sets from `h` (fuzzer seed 90058).
+        passed_sized = [h or ((enclosing > 0 or grows) and _dynamic(arg)) for h, arg in zip(held, node.initial)]
         next_builtins = [
             self.builtin_barrier(n, b, sizes_too=h) for n, b, h in zip(next_builtins, builtins, [False, *passed_sized])
         ]
