@@ -193,7 +193,10 @@ def fallback_table(results: list[dict]) -> str:
             )
     unstable = sum(len(r.get("near_threshold", [])) for r in results)
     if unstable:
-        lines.append(f"runs that differ where PyTorch's float64 run takes another path (not failures): {unstable}")
+        lines.append(
+            "runs that differ where PyTorch's own result is unstable (another path in float64, or rounding "
+            f"amplified: `check.ill_conditioned`; not failures): {unstable}"
+        )
     others = [r for r in results if r["status"] not in ("ok", "unsupported", "mismatch")]
     for result in others:
         lines.append(f"  seed {result['seed']}: {result['status']}: {(result.get('export_error') or '')[:150]}")

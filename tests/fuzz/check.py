@@ -149,13 +149,20 @@ def _check(program: Program, cases: list[Case], source_path: Path, folder: Path,
                 run, values, expected, expected_error, lambda v=values: _run_wide(widened, v), returned, host
             )
             if failure is not None and (
-                (failure["kind"] == "mismatch" and _unstable(program, values, expected, widened))
+                (
+                    failure["kind"] == "mismatch"
+                    and (
+                        _unstable(program, values, expected, widened)
+                        or ill_conditioned(scripted, values, expected, returned.get(host))
+                    )
+                )
                 or (failure["kind"] == "no error" and near_threshold(program, values))
             ):
                 # A decision within float32 rounding of its threshold, or an argmax between near ties,
                 # may go either way on another summation order (PyTorch's own float64 run disagrees
                 # with its float32 run): not a defect, but counted. So may a path on which PyTorch
-                # raises (an embedding of an index the other path never looks up, seed 74354).
+                # raises (an embedding of an index the other path never looks up, seed 74354). So
+                # may a program that amplifies rounding (`ill_conditioned`).
                 result.setdefault("near_threshold", []).append({"case": label, "host": host})
             elif failure is not None:
                 result["failures"].append({"case": label, "host": host, **failure})
@@ -196,6 +203,55 @@ def _unstable(program: Program, values: tuple, expected: Any, widened: Any) -> b
             if not (math.isclose(narrow, exact, rel_tol=1e-3) or (math.isnan(narrow) and math.isnan(exact))):
                 return True
     return False
+
+
+def ill_conditioned(scripted: Any, values: tuple, expected: Any, got: Any, trials: int = 8) -> bool:
+    """Whether PyTorch's own float32 outputs move as far as `got` is from them when its float inputs
+    move by a rounding (1.2e-7 relative): a program that amplifies rounding (normalizations and
+    `abs(h) - 0.5` repeated 16 times, seed 80010; `clamp(h) + h * 0.5` doubling on, seed 5403)
+    gives another float32 result for another summation order, as the float64 run does not show when
+    its own error stays under 1e-3. Also true where such a nudge takes PyTorch another path."""
+    if got is None:
+        return False
+    want_leaves, got_leaves = flatten(expected), flatten(got)
+    floats = [
+        k for k, w in enumerate(want_leaves) if isinstance(w, torch.Tensor) and w.is_floating_point() and w.numel()
+    ]
+    if not floats or len(got_leaves) != len(want_leaves):
+        return False
+    spread = [np.zeros(want_leaves[k].shape) for k in floats]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(trials):
+        nudged = tuple(
+            v * (1 + 1.2e-7 * torch.randn(v.shape, generator=generator, dtype=v.dtype))
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v
+            for v in values
+        )
+        try:
+            with torch.no_grad():
+                leaves = flatten(scripted(*nudged))
+        except Exception:
+            return False
+        if len(leaves) != len(want_leaves) or any(leaves[k].shape != want_leaves[k].shape for k in floats):
+            return True
+        for slot, k in zip(spread, floats):
+            moved = np.abs(leaves[k].double().numpy() - want_leaves[k].double().numpy())
+            np.fmax(slot, moved, out=slot)
+    moves = [np.nan_to_num(slot) > 1e-5 * (1.0 + np.abs(np.nan_to_num(want_leaves[k].double().numpy())))
+             for slot, k in zip(spread, floats)]
+    if not any(move.any() for move in moves):
+        return False  # PyTorch's result holds still: a difference from it is the host's
+    for slot, k in zip(spread, floats):
+        want = want_leaves[k].double().numpy()
+        have = np.asarray(got_leaves[k], dtype=np.float64)
+        if have.shape != want.shape:
+            return False
+        error = np.abs(have - want)
+        finite = np.isfinite(want) & np.isfinite(have)
+        if not np.all(error[finite] <= 2.0 * slot[finite] + 1e-5 * (1.0 + np.abs(want[finite]))):
+            return False
+    return True
 
 
 def near_threshold(program: Program, values: tuple, tolerance: float = 1e-4) -> bool:
