@@ -139,6 +139,58 @@ def test_values_a_for_loop_sets_from_its_carried_tensor_get_the_compiled_host(tm
     assert {0, 1, 3} <= trips, python.trip_counts
 
 
+class PredictionsReturnedFromNestedLoopsOnEitherSide(nn.Module):
+    """A list of tuples appended on one side of a branch and returned from inside nested loops on
+    both (fuzzer seed 90062, cut down). Where the sides join, the rows of the list the inner loop
+    returns are stacked, also on the path that did not return, where they are stand-ins: the
+    Python host passed None on, and the call raised ("'NoneType' object has no attribute
+    'shape'"; "could not convert python value to VM: None" in the seed). The compiled host
+    passes zeros there."""
+
+    def forward(self, x: torch.Tensor, n: int, s: float):
+        h = x
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        if float(h.sum()) > 0.0:
+            for _ in range(n):
+                for _ in range(3):
+                    h = torch.softmax(h, 1) * 2.0 - 0.5
+                    if bool(h.max() > 0.1):
+                        return h, preds
+        else:
+            preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+            if float(h.abs().sum()) > 5.0:
+                for _ in range(n):
+                    h = torch.softmax(h, 1) * 2.0 - 0.5
+                    for _ in range(1):
+                        h = torch.softmax(h, 1) * 2.0 - 0.5
+                        if s < 0.0295:
+                            return h, preds
+                    h = torch.abs(h) - 0.5
+            else:
+                h = torch.abs(h) - 0.5
+        return h, preds
+
+
+def test_stand_ins_of_a_list_returned_from_nested_loops_reach_a_segment_on_the_python_host(tmp_path):
+    model = PredictionsReturnedFromNestedLoopsOnEitherSide()
+    example, dynamic = (torch.randn(2, 8), 2, 0.5), {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "nested_preds", dynamic)
+    counts = set()
+    for seed in range(6):
+        x = torch.randn(1 + seed % 3, 8, generator=torch.Generator().manual_seed(seed)) * 2.0
+        for n, s in [(3, 0.0), (3, 1.0), (0, 1.0)]:
+            _, preds = check_hosts(scripted, [compiled, python], (x, n, s))
+            counts.add(len(preds))
+    check_hosts(scripted, [compiled, python], (torch.full((2, 8), -0.1), 2, 1.0))  # |h| sums to 1.6
+    check_hosts(scripted, [compiled, python], (torch.full((2, 8), 0.5), 2, 1.0))  # uniform: never returns
+    assert counts == {0, 1}, counts
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {0, 1, 2, 3} <= trips, python.trip_counts  # no trip, a return, each loop to its end
+    # Both sides, both tests of |h|, each return and not, and the tests after the loops of whether
+    # they returned.
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
+
+
 class PiecesOfDataDependentWidth(nn.Module):
     """Pieces as wide as the data says, the first taken before the loop, the others in a loop with
     an exit, concatenated along their width (fuzzer seed 80031, cut down). The list started with a

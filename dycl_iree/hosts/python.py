@@ -32,6 +32,7 @@ from ..program import (
     Program,
     ScalarType,
     SegmentCall,
+    TensorType,
     Value,
 )
 from ..sources import relative_sources
@@ -115,7 +116,19 @@ class _Writer(Emitter):
             self.emit(f"    raise ModelRaised({message!r})")
             self.emit(f"{out} = {items}[{index}]{source}")
         elif target == STAND_IN:
-            self.emit(f"{out} = None    # never read on this path{source}")
+            type_ = node.outputs[0].type
+            if isinstance(type_, TensorType) and type_.dtype in _STAND_IN_DTYPES and len(type_.hint) == type_.rank:
+                # Never read on this path for its values, but a segment may still take it: the
+                # rows of a list returned from inside a loop and the list the other path built are
+                # stacked in one call after the join (fuzzer seed 90062), and iree.runtime refuses
+                # None. Zeros of the example's shape, as the compiled host's stand-in.
+                count, shape = math.prod(type_.hint), tuple(type_.hint)
+                self.emit(
+                    f"{out} = to_array(0, {type_.dtype!r}).repeat({count}).reshape({shape!r})"
+                    f"    # never read on this path{source}"
+                )
+            else:
+                self.emit(f"{out} = None    # never read on this path{source}")
         else:
             self.emit(f"{out} = {scalar_ops.render(target, args)}{source}")
 
@@ -178,6 +191,10 @@ def synthesize_python(program: Program) -> str:
     ]
     footer = [f"        return ({', '.join(results)}{',' if len(results) == 1 else ''})", "", "    return main", ""]
     return "\n".join(header + writer.lines + footer)
+
+
+# The dtypes the runtime's `to_array` makes.
+_STAND_IN_DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
 def _literal(value: Any) -> str:
