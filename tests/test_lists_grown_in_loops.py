@@ -239,3 +239,42 @@ def test_a_host_list_grown_in_a_loop_returned_with_a_slice_of_it(tmp_path, model
             slices.add(len(tail) > 0)
     assert slices == {True, False}, slices  # empty slices (best the last entry, or none) and others
     assert exits == ({True, False} if breaks else {False}), exits  # the `break` taken, and not
+
+
+class _SortedCopiesInAWhile(nn.Module):
+    """A `for` without an exit, in a `while` with a `break`, copies a host list of floats that
+    `torch.tensor` of the copy and a sort read after it: IREE folded the allocation of the f32
+    tensor and the sort's indices to 0 bytes, and the call corrupted the heap ("free(): invalid
+    pointer"; README, "Known traps"). RNNTBeamSearch's `torch.tensor([score(h) for h in
+    b_hypos]).sort()` in its `while a_hypos:` does this."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[torch.Tensor, int]:  # noqa: UP006  (TorchScript reads the annotations)
+        base: List[float] = []  # noqa: UP006  (TorchScript reads the annotations)
+        for i in range(n):
+            base.append(float(x[i % x.shape[0]].sum()) + 0.01 * i)
+        order = torch.zeros(0, dtype=torch.long)
+        k = 0
+        while k < 3:
+            copied = [base[i] for i in range(len(base))]
+            _, order = torch.tensor(copied).sort()
+            k += 1
+            if len(base) > 0 and base[int(order[0])] < -1.0:
+                break
+            base.append(float(k))
+        return order, k
+
+
+def test_a_host_list_copied_in_a_for_inside_a_while_then_sorted(tmp_path) -> None:
+    bundle, scripted, compiled, python = export_compiled(
+        tmp_path, _SortedCopiesInAWhile(), (torch.randn(3, 4), 4), "sorted_copies"
+    )
+    assert bundle.host == "compiled"
+    torch.manual_seed(3)
+    steps, sizes = set(), set()
+    for scale in (0.1, 1.0, 3.0):
+        for n in (0, 1, 4, 9):
+            order, k = check_hosts(scripted, (compiled, python), (torch.randn(3, 4) * scale, n))
+            steps.add(k)
+            sizes.add(len(order))
+    assert 3 in steps and min(steps) < 3, steps  # the `while` ran to its end, and left by its `break`
+    assert 1 in sizes and max(sizes) >= 9, sizes  # one score, many (n = 0 copies none in its first step)

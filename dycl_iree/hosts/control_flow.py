@@ -193,22 +193,21 @@ class ControlFlowEmitter:
         self.emit(f"  scf.yield {', '.join(entry_values)} : {listed}")
         self.emit(f"}} loc({self.where.pop()})")
         self.loops_done += 1
-        # A loop with an exit passes what a concatenation grows (a host list appended to, too), and
-        # a segment or a host op on the list reads after the loop, on with its sizes through
-        # barriers. Without them IREE's integer arithmetic optimization
-        # (`iree-util-optimize-int-arithmetic`) folded the `util.align` that packs two such values
-        # into one buffer after the loop (a list of tuples, carried as stacks, appended once more)
-        # as if the loop had left them empty: OUT_OF_RANGE, "buffer byte_length=192" (fuzzer seed
-        # 80004; README, "Known traps"). Barriers inside the `scf.if` that holds the loop do not
-        # stop the fold. Not on a value only returned: there the barriers on a search's best and
-        # latest tokens, which can be one buffer, made the call fail ("ref is null" in
-        # `hal.buffer_view.create`, `test_a_scripted_class_is_carried_field_by_field_through_a_loop`).
+        # A loop passes what a concatenation grows (a host list appended to, too), and a segment or
+        # a host op on the list reads after the loop, on with its sizes through barriers. Without
+        # them IREE's integer arithmetic optimization (`iree-util-optimize-int-arithmetic`) folded
+        # the `util.align` that packs two such values into one buffer after the loop (a list of
+        # tuples, carried as stacks, appended once more) as if the loop had left them empty:
+        # OUT_OF_RANGE, "buffer byte_length=192" (fuzzer seed 80004; README, "Known traps").
+        # Barriers inside the `scf.if` that holds the loop do not stop the fold. A `for` without an
+        # exit too: inside RNNTBeamSearch's `while`, `torch.tensor([_get_hypo_score(h) for h in
+        # b_hypos]).sort()` got one allocation for the f32 scores and the sort's indices, folded to
+        # 0 bytes ("free(): invalid pointer"). Not on a value only returned: there the barriers on a
+        # search's best and latest tokens, which can be one buffer, made the call fail ("ref is
+        # null" in `hal.buffer_view.create`,
+        # `test_a_scripted_class_is_carried_field_by_field_through_a_loop`).
         leaving = [
-            not for_like
-            and isinstance(arg, Value)
-            and arg in self.concatenated
-            and output in self.read_by_segments
-            and "?" in builtin
+            isinstance(arg, Value) and arg in self.concatenated and output in self.read_by_segments and "?" in builtin
             for arg, output, builtin in zip(node.body.results[1:], node.outputs, builtins[1:])
         ]
         for position, (value, type_text, carrier) in enumerate(zip(node.outputs, types, carried[1:])):
