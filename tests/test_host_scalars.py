@@ -274,15 +274,16 @@ class SmallestStep(nn.Module):
 def test_min_and_max_of_a_host_list_of_ints(tmp_path):
     model = SmallestStep()
     scripted = torch.jit.script(model)
-    bundle = dycl_iree.export(model, (torch.zeros(3, 4), 2))
-    python = dycl_iree.load(bundle.save(tmp_path / "smallest.dycl"), host="python")
+    compiled, python = _bundle(tmp_path, model, (torch.zeros(3, 4), 2), "smallest")
     x = torch.randn(3, 4)
-    for n in (1, 4):
-        assert python(x.numpy(), n) == scripted(x, n)
+    for n in (1, 4, 7):
+        assert compiled(x.numpy(), n) == python(x.numpy(), n) == scripted(x, n)
     with pytest.raises(RuntimeError, match="empty"):
         scripted(x, 0)
     with pytest.raises(ValueError, match="empty"):
         python(x.numpy(), 0)
+    with pytest.raises(dycl_iree.ModelRaised, match=r"min\(\) arg is an empty sequence \(.*test_host_scalars.py:\d+\)"):
+        compiled(x.numpy(), 0)
 
 
 class BestSum(nn.Module):

@@ -1,4 +1,4 @@
-"""Comparing run-time lists of ints in the compiled host, with no loop: tensor ops over all items at once.
+"""Searching run-time lists of ints in the compiled host, with no loop: tensor ops over all items at once.
 
 A dict keyed by `str(tokens)` logs its keys' int lists as one list `values` cut at `bounds`
 (`specialize.run_time_dicts`); `dycl::rfind_int_list(values, bounds, key)` is the index of the last
@@ -7,6 +7,7 @@ logged list equal to `key`, or -1. In `main` every logged list k is read at once
 every one of those ints equals key's. The largest k that matches, or -1 (one more candidate), is the
 answer. A list shorter than the key reads past its end, into the next list or a spare int after
 `values`, which its length already rules out. `a == b` of two int lists is the same search among one.
+`min(xs)` and `max(xs)` of a list of ints are reductions, after PyTorch's check that xs is not empty.
 
 Example:
     >>> sorted(SEARCH_OPS)[:3]
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..program import HostOp
-from .types import DTYPE_CODES, INT64_MAX, INT_LIST
+from ..program import HostOp, ListArg, Value
+from .types import DTYPE_CODES, INT64_MAX, INT_LIST, CompiledHostUnsupported
 
 _BOOLS = "!torch.vtensor<[?],i1>"
 _TABLE = "!torch.vtensor<[?,?],si64>"
@@ -129,7 +130,38 @@ def _equal_int_lists(emitter: Any, node: HostOp, result: str, op: str) -> str:
     return "!torch.bool"
 
 
+def _extreme(emitter: Any, node: HostOp, result: str, op: str) -> str:
+    """`min(xs)` / `max(xs)` of a run-time list of ints, after PyTorch's check that it is not empty (a
+    reduction of nothing has no value to give). Not of floats: `torch.aten.min` propagates a NaN,
+    TorchScript's `min` of a list compares with `<` and may not."""
+    (items_arg,) = node.args
+    if isinstance(items_arg, ListArg) and items_arg.items:
+        # A list built where it is read (`for i, h in enumerate(hs)` runs min([len(hs)]) times).
+        items = [emitter.operand(item, "!torch.int")[0] for item in items_arg.items]
+        so_far, others = items[0], items[1:] or items[:1]
+        for k, item in enumerate(others):
+            name = result if k == len(others) - 1 else emitter.fresh()
+            emitter.emit(f"{name} = torch.prim.{op}.int {so_far}, {item} : !torch.int, !torch.int -> !torch.int")
+            so_far = name
+        return "!torch.int"
+    if not isinstance(items_arg, Value):
+        raise CompiledHostUnsupported(f"{op}() of a list built on the host ({node.source})")
+    list_type, item_type = INT_LIST, "!torch.vtensor<[],si64>"
+    items = emitter.operand(items_arg, list_type)[0]
+    size, nonempty, extreme = emitter.fresh(), emitter.fresh(), emitter.fresh()
+    zero = emitter.constant(0, None)[0]
+    emitter.emit(f"{size} = torch.aten.size.int {items}, {zero} : {list_type}, !torch.int -> !torch.int")
+    emitter.emit(f"{nonempty} = torch.aten.gt.int {size}, {zero} : !torch.int, !torch.int -> !torch.bool")
+    message = emitter.message_text(f"RuntimeError: {op}() arg is an empty sequence", node.source)
+    emitter.emit(f'torch.runtime.assert {nonempty}, "{message}"')
+    emitter.emit(f"{extreme} = torch.aten.{op} {items} : {list_type} -> {item_type}")
+    emitter.emit(f"{result} = torch.aten.Int.Tensor {extreme} : {item_type} -> !torch.int")
+    return "!torch.int"
+
+
 SEARCH_OPS = {
+    "prim::min.self_int": lambda emitter, node, result: _extreme(emitter, node, result, "min"),
+    "prim::max.self_int": lambda emitter, node, result: _extreme(emitter, node, result, "max"),
     "dycl::rfind_int_list": _rfind_int_list,
     "aten::eq.int_list": lambda emitter, node, result: _equal_int_lists(emitter, node, result, "eq"),
     "aten::ne.int_list": lambda emitter, node, result: _equal_int_lists(emitter, node, result, "ne"),
