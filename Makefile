@@ -26,7 +26,7 @@ test-fast: setup
 	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 zoo: setup
-	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py tests/test_tacotron2.py
+	DYCL_ZOO=full $(PY) -m pytest -q tests/test_zoo_export.py tests/test_tacotron2.py tests/test_rnnt_beam_search.py
 	$(PY) benchmarks/zoo_table.py
 
 # The zoo, then the deployment-size models (models/imagenet.py) with one thread and with two.
