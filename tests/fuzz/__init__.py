@@ -8,7 +8,8 @@ softmax and element reads of the carried tensor / conditions joined with `and`/`
 `not`, `.any().item()` / host floats (`float(x.item())`, `math` functions, float arithmetic) /
 random ops (dropout on in eval, bernoulli, rand_like: written so that the randomness cancels, see
 `constructs.random_op`) / int, float and bool inputs / counters / List[int] / List[Tensor] / dynamic
-batch / pooling views / RNN modules / dict constants. `calibrate.calibrate` picks every threshold so
+batch / pooling views / RNN modules / dict constants, and (`idioms.py`) loops over the batch's rows
+stacked back together and `for` loops over lists that grew at run time. `calibrate.calibrate` picks every threshold so
 that each decision goes both ways on the inputs the program is checked with. `check.check_seed`
 exports it, runs each host on every input (six finite ones that take the calibrated paths, then NaN,
 inf, an out-of-range index) and compares it with the scripted model, and the compiled host with the

@@ -94,6 +94,8 @@ _FEATURES = [
     ("random op", r"rand_like|randn_like|bernoulli|dropout"),
     ("break", r"^\s*break$"),
     ("return inside a loop", r"^\s*return "),
+    ("loop over the batch's rows", r"^\s*for \w+ in range\((x|h)\.(size\(0\)|shape\[0\])\):"),
+    ("loop over a list", r"^\s*for [\w, ]+ in (?!range\()"),
 ]
 
 
@@ -137,11 +139,23 @@ class Builder:
     """What a construct writes into: forward's lines at the current indent, __init__'s lines, conditions."""
 
     def __init__(
-        self, rng: random.Random, features: int, inputs: list[str], budget: int, structured: random.Random | None = None
+        self,
+        rng: random.Random,
+        features: int,
+        inputs: list[str],
+        budget: int,
+        structured: random.Random | None = None,
+        idioms: random.Random | None = None,
     ) -> None:
         self.rng = rng
         # The second stream: structured values and data-dependent sizes (`constructs.maybe_structured`).
         self.structured = structured or random.Random(0)
+        # The third stream: loops over the batch's rows and over grown lists (`idioms.maybe_idiom`).
+        # Those draw names, layers and conditions of their own, so that a program of an earlier seed
+        # keeps every name, weight and condition it had; it only gains the idioms' lines.
+        self.idioms = idioms or random.Random(0)
+        self.idioms_on = self.idioms.random() < 0.5
+        self.late_init: list[str] = []  # the idioms' layers, made after the others' (same weights)
         self.features = features
         self.inputs = inputs
         self.body: list[str] = []
@@ -156,6 +170,7 @@ class Builder:
         self.loop_depth = 0
         self.budget = budget
         self._names = 0
+        self._idiom_names = 0
 
     def emit(self, line: str) -> None:
         self.body.append(INDENT * self.level + line)
@@ -176,6 +191,17 @@ class Builder:
     def fresh(self, prefix: str) -> str:
         self._names += 1
         return f"{prefix}{self._names}"
+
+    def fresh_idiom(self, prefix: str) -> str:
+        """A name for an idiom's variable, counted apart from `fresh` (which the other streams use)."""
+        self._idiom_names += 1
+        return f"{prefix}_{self._idiom_names}"
+
+    def late_layer(self, declaration: str) -> str:
+        """An idiom's submodule: `layer`, but made after every other one, so that theirs keep their weights."""
+        name = self.fresh_idiom("row_layer")
+        self.late_init.append(f"self.{name} = {declaration}")
+        return f"self.{name}"
 
     def layer(self, declaration: str) -> str:
         """A submodule attribute built by `declaration`; returns `self.<name>`."""
@@ -243,9 +269,11 @@ class Builder:
     def block(self, depth: int) -> None:
         """A body: one to three statements or constructs, nested constructs only while `depth` allows."""
         from .constructs import maybe_structured, pick_construct, simple_statement
+        from .idioms import maybe_idiom
 
         for _ in range(self.rng.randint(1, 3)):
             maybe_structured(self)
+            maybe_idiom(self)
             if depth > 0 and self.budget > 0 and self.rng.random() < 0.35:
                 self.budget -= 1
                 construct = pick_construct(self)
@@ -258,6 +286,7 @@ class Builder:
 def generate(seed: int) -> Program:
     """A random program from `seed` (conditions not yet calibrated)."""
     from .constructs import maybe_structured, pick_construct
+    from .idioms import maybe_idiom
 
     rng = random.Random(seed)
     features = rng.choice([4, 6, 8])
@@ -265,11 +294,13 @@ def generate(seed: int) -> Program:
     for name, chance in (("n", 0.6), ("k", 0.25), ("s", 0.3), ("flag", 0.2)):
         if rng.random() < chance:
             inputs.append(name)
-    builder = Builder(rng, features, inputs, budget=rng.randint(2, 5), structured=random.Random(f"structured {seed}"))
+    streams = {"structured": random.Random(f"structured {seed}"), "idioms": random.Random(f"idioms {seed}")}
+    builder = Builder(rng, features, inputs, budget=rng.randint(2, 5), **streams)
     builder.emit("h = x")
     top = rng.randint(1, 3)
     for _ in range(top):
         maybe_structured(builder)
+        maybe_idiom(builder)
         construct = pick_construct(builder)
         builder.constructs.append(construct.__name__)
         construct(builder, 2)
@@ -282,7 +313,7 @@ def generate(seed: int) -> Program:
         dynamic_batch=dynamic,
         inputs=inputs,
         body=body,
-        init=builder.init,
+        init=builder.init + builder.late_init,
         conditions=builder.conditions,
         outputs=builder.outputs,
         constructs=builder.constructs,
