@@ -21,8 +21,10 @@ from tests.fuzz.inputs import finite_cases
 # loop (6177); `return` from a loop (10237); host float math and an RNN module (15998). Structured
 # values (`constructs.maybe_structured`, chosen over seeds 80040-80239): a dict of outputs, a list of
 # tuples, masked rows and pieces of data-dependent width (80045); an Optional state,
-# writes into tensors, masked rows and pieces (80184).
-SMOKE_SEEDS = [9399, 6114, 7371, 6177, 10237, 15998, 80045, 80184]
+# writes into tensors, masked rows and pieces (80184). Loops over the batch's rows and over grown lists
+# (`idioms.maybe_idiom`, a third stream): they joined 7371, 6177, 10237 and 80184 (whose other lines
+# stayed as they were); 95025 has both over a dynamic batch.
+SMOKE_SEEDS = [9399, 6114, 7371, 6177, 10237, 15998, 80045, 80184, 95025]
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +47,11 @@ def test_smoke_set_covers_the_constructs(smoke_results: list[dict]) -> None:
     wanted |= {"decode_loop", "return_in_loop", "return_in_nested_loop", "break_in_branch", "nested_for"}
     wanted |= {"host_float", "random_op", "dict_constant", "list_of_ints"}
     wanted |= {"dict_of_outputs", "list_of_tuples", "ragged_pieces", "optional_state", "inplace_write", "masked_rows"}
+    wanted |= {"per_row_loop", "loop_over_list"}
     assert wanted <= used, wanted - used
     features = {name for result in smoke_results for name in result["features"]}
     assert {"and/or condition", "not condition", ".any().item()", "dynamic batch", "softmax in a loop"} <= features
+    assert {"loop over the batch's rows", "loop over a list"} <= features
     table = fallback_table(smoke_results)
     assert "compiled host by feature" in table and "construct decode_loop" in table
 
@@ -192,3 +196,24 @@ def test_the_hosts_are_compared_with_each_other() -> None:
 def test_an_empty_fallback_reason_is_a_group_of_its_own() -> None:
     table = fallback_table([{"seed": 1, "status": "ok", "host": "python", "fallback": "", "failures": []}])
     assert "(no reason given)" in table
+
+
+def test_the_idioms_only_add_lines_to_a_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idioms draw from a stream of their own: a seed's program with them is its program without
+    them plus their lines (and the `typing` import), every other line, name and weight in place."""
+    import difflib
+
+    import tests.fuzz.idioms as idioms
+
+    seeds = range(95000, 95040)
+    with_idioms = {seed: generate(seed) for seed in seeds}
+    monkeypatch.setattr(idioms, "maybe_idiom", lambda builder: None)
+    gained = 0
+    for seed in seeds:
+        new, old = with_idioms[seed].render().splitlines(), generate(seed).render().splitlines()
+        old = [line for line in old if not line.startswith("from typing")]
+        new = [line for line in new if not line.startswith("from typing")]
+        operations = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        assert all(op in ("equal", "insert") for op, *_ in operations), seed
+        gained += new != old
+    assert 5 <= gained <= 35, gained  # some seeds gain idioms, not all
