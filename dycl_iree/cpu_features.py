@@ -55,6 +55,12 @@ def direct_convolutions_fast() -> bool:
     return not target.startswith("llvm-cpu:")
 
 
+def avx2_matmul_rule() -> bool:
+    """Whether the target being exported compiles with `data_tiling`'s AVX2 rule: this machine's
+    CPU, with AVX2 and without AVX-512 (`compile.target_flags`)."""
+    return _TARGET.get() == "llvm-cpu" and not has_avx512() and has_avx2()
+
+
 @functools.cache
 def has_avx512() -> bool:
     """Whether this machine's CPU has AVX-512 (`avx512f` in /proc/cpuinfo); False off x86."""

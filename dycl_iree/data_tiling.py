@@ -16,7 +16,11 @@ With AVX2 only (measured on a Zen 3 EPYC without AVX-512, code for the host, one
 process, alternating, 5 rounds; README, performance) the same holds from half the weight, 2^18
 elements (1 MiB, twice Zen 3's 512 KiB L2): ResNet-50's 196x256 by 256x1024 20.5 -> 42.3 GFLOP/s,
 196x512 by 512x1024 22.4 -> 45.1, 49x2048 by 2048x512 18.0 -> 31.4, its classifier (1x2048 by
-2048x1000) 1.5 -> 8.9; at 3136 and 784 rows data tiling was 0.72-1.13x. The other matmuls IREE
+2048x1000) 1.5 -> 8.9; at 3136 and 784 rows data tiling was 0.72-1.13x. That was against IREE's
+own tiles; against the 6 x 16 register tile (below) it loses from 48 rows up once the weight's rows
+are padded apart and deep reductions run in cache blocks (`AVX2_MAX_ROWS`, `padded_columns`,
+`REGISTER_TILE_BLOCKED_FROM`; ResNet-50's late 1x1 convolutions 1.0-1.4x, README), so with AVX2
+only the matmuls of fewer than 48 rows are data-tiled. The other matmuls IREE
 tiles in registers as 8 rows x 8 columns: 8 of AVX2's 16 vector registers accumulate, and each
 step of the reduction loads one vector of the weight for 8 broadcasts of the activations. Those
 of at least 48 rows and 16 columns and depth, and the batch matmuls of 16 rows or more and that
@@ -71,11 +75,47 @@ REGISTER_TILE_ROWS = {
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
 REGISTER_TILE = (6, 16)  # rows x columns in registers
+# The columns (N) of a workgroup of a register-tiled matmul: 32 was 0.87-1.10x as fast on ResNet-50's
+# 1x1 shapes, 128 and 256 0.81-1.01x, and iree-compile rejects them with blocked reductions ("large
+# vector sizes"), `benchmarks/conv_shapes.py`.
+REGISTER_TILE_WORKGROUP_COLUMNS = 64
+# With AVX2 only the matmuls below the register tile's least rows (48) are data-tiled (its
+# classifier, 1x2048 by 2048x1000: 1.5 -> 8.9 GFLOP/s): from 48 rows the 6 x 16 register tile over
+# the weight as stored, padded where its rows would share L1 sets (`padded_columns`) and with deep
+# reductions in cache blocks, beat IREE's data tiling and its 8 x 8 tile on every late 1x1
+# convolution of ResNet-50 but one, where they are even (README, "ResNet-50's late 1x1
+# convolutions with AVX2"; the rule before data-tiled up to 196 rows).
+AVX2_MAX_ROWS = 47
+# A register-tiled reduction of this depth (K) or more runs in cache blocks of REGISTER_TILE_DEPTH,
+# so that a workgroup's block of the weight (256 x 64 floats, 64 KiB) stays in L2 across its rows
+# (49x2048 by 2048x512: 37.6 -> 44-47 GFLOP/s). 0: never blocked.
+REGISTER_TILE_BLOCKED_FROM = 1024
+REGISTER_TILE_DEPTH = 256
+# With AVX2 the exporter stores a matmul weight whose rows lie a multiple of this many floats (2 KiB)
+# apart with 16 zero columns more (`padded_columns`), and drops them from the result: the rows then
+# fall in different L1 sets, and the register tile over the padded weight beats data tiling
+# (49x512 by 512x2048: 45.5 -> 64.3 GFLOP/s, data-tiled 61.9). 0: never padded.
+PADDED_STRIDE = 512
+PADDING = 16  # one register tile's columns
 
 
-def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGISTER_TILE) -> str:
+def padded_columns(rows: object, columns: int) -> int:
+    """The columns a matmul weight of `columns` columns is stored with under the AVX2 rule, for a
+    matmul of `rows` rows (a static size from the register tile's least rows up: those with fewer,
+    or a size known only at run time, keep IREE's tiles or are data-tiled, and read it as it is).
+
+    >>> padded_columns(49, 2048), padded_columns(49, 1000), padded_columns(1, 2048)
+    (2064, 1000, 2048)
+    """
+    least_rows = min(REGISTER_TILE_ROWS["linalg.matmul"])[0]
+    if PADDED_STRIDE and isinstance(rows, int) and rows >= least_rows and columns % PADDED_STRIDE == 0:
+        return columns + PADDING
+    return columns
+
+
+def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGISTER_TILE, depth: int = 0) -> str:
     """The `compilation_info` of a matmul (`batch_dims` 0) or batch matmul (1) whose workgroups take
-    `rows` rows each, with the 6 x 16 register tile.
+    `rows` rows each, with the 6 x 16 register tile, and the reduction in blocks of `depth` (0: whole).
 
     >>> "vector_common_parallel = [1, 6, 16, 0]" in register_tile_info(96, batch_dims=1)
     True
@@ -84,18 +124,18 @@ def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGIS
     def sizes(batch: int, *inner: int) -> str:
         return "[" + ", ".join(str(size) for size in [*[batch] * batch_dims, *inner]) + "]"
 
+    reduction = f"cache_reduction = {sizes(0, 0, 0, depth)}, " if depth else ""
+    workgroup = sizes(1, rows, REGISTER_TILE_WORKGROUP_COLUMNS, 0)
     return (
         "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
-        f"cache_parallel = {sizes(1, rows, 64, 0)}, distribution = {sizes(1, rows, 64, 0)}, "
+        f"cache_parallel = {workgroup}, {reduction}distribution = {workgroup}, "
         f"vector_common_parallel = {sizes(1, *tile, 0)}, vector_reduction = {sizes(0, 0, 0, 8)}>, "
         "translation_info = #iree_codegen.translation_info<"
         "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>, {enable_loop_peeling}>>"
     )
 
 
-def spec_text(
-    max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False
-) -> str:
+def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False) -> str:
     """The transform-dialect spec that marks functions and the matmuls to data-tile, and, with
     `register_tile`, gives the other large matmuls the 6 x 16 register tile (first match wins).
 
@@ -113,13 +153,14 @@ def spec_text(
     if register_tile:
         for op, batch_dims in REGISTER_TILE_OPS.items():
             for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
-                suffix = f"{op.split('.')[1]}_{rows[0]}"
-                matchers.append(
-                    _matmul_matcher(f"@large_{suffix}", rows, REGISTER_TILE_MIN_SIZE, REGISTER_TILE_MIN_SIZE, op)
-                )
-                pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
-                info = register_tile_info(workgroup_rows, batch_dims, REGISTER_TILE)
-                actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
+                # The deep reductions first, in cache blocks; then the rest, whole.
+                depths = [(REGISTER_TILE_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if REGISTER_TILE_BLOCKED_FROM else []
+                for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
+                    suffix = f"{op.split('.')[1]}_{rows[0]}" + (f"_k{min_depth}" if depth else "")
+                    matchers.append(_matmul_matcher(f"@large_{suffix}", rows, min_depth, REGISTER_TILE_MIN_SIZE, op))
+                    pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
+                    info = register_tile_info(workgroup_rows, batch_dims, REGISTER_TILE, depth)
+                    actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
       %op: !transform.any_op {{transform.readonly}}) {{
     %info = transform.param.constant {info} -> !transform.any_param
     transform.annotate %op "compilation_info" = %info : !transform.any_op, !transform.any_param
@@ -181,7 +222,7 @@ def compile_flags(avx512: bool = True) -> list[str]:
     The spec is written to the temp folder (not the compile cache's, whose entries `cache clear`
     and the size bound remove), named by its content, so a changed rule is a changed flag and a
     changed cache key; it is written again if missing when the next compile asks for it."""
-    text = spec_text() if avx512 else spec_text(MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True)
+    text = spec_text() if avx512 else spec_text(AVX2_MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True)
     folder = Path(tempfile.gettempdir()) / "dycl_iree-specs"
     path = folder / f"data-tiling-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir"
     if not path.exists():

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import cpu_features
+from . import cpu_features, data_tiling
 from .index_clamping import IN_RANGE
 from .nan_keeping import KEEPING_NAN
 
@@ -182,9 +182,7 @@ def convolution_as_im2col_matmul(
     batch = patches.shape[0]
     depth = kernel_h * kernel_w * channels
     matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(depth, out_channels)
-    out = aten.mm(patches.reshape(batch * out_h * out_w, depth), matrix)
-    if bias is not None:
-        out = out + bias
+    out = _matmul_with_bias(patches.reshape(batch * out_h * out_w, depth), matrix, bias)
     return _nchw(out.reshape(batch, out_h, out_w, out_channels))
 
 
@@ -241,10 +239,23 @@ def pointwise_convolution_as_matmul(
         nhwc = aten.slice(nhwc, 2, 0, None, stride_w)
     batch, height, width, _ = nhwc.shape
     matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(channels, out_channels)
-    out = aten.mm(nhwc.reshape(batch * height * width, channels), matrix)
+    out = _matmul_with_bias(nhwc.reshape(batch * height * width, channels), matrix, bias)
+    return _nchw(out.reshape(batch, height, width, out_channels))
+
+
+def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`rows @ matrix (+ bias)`; under the AVX2 matmul rule a weight whose rows lie a multiple of
+    2 KiB apart gets zero columns more (`data_tiling.padded_columns`: a constant IREE evaluates at
+    compile time), which the result drops after the bias."""
+    columns = matrix.shape[1]
+    padded = data_tiling.padded_columns(rows.shape[0], columns) if cpu_features.avx2_matmul_rule() else columns
+    if padded != columns:
+        matrix = aten.constant_pad_nd(matrix, [0, padded - columns])
+        bias = aten.constant_pad_nd(bias, [0, padded - columns]) if bias is not None else None
+    out = aten.mm(rows, matrix)
     if bias is not None:
         out = out + bias
-    return _nchw(out.reshape(batch, height, width, out_channels))
+    return aten.slice(out, 1, 0, columns) if padded != columns else out
 
 
 # Whether the taps' weights are divided by their channel's largest magnitude and the sum multiplied

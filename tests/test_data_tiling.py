@@ -79,49 +79,126 @@ def _set_cpu(monkeypatch, avx512: bool, avx2: bool) -> None:
 
 
 @pytest.mark.parametrize(("avx512", "avx2"), [(True, True), (False, True), (False, False)])
-def test_only_the_wide_matmul_is_data_tiled_and_only_on_x86(avx512: bool, avx2: bool, monkeypatch) -> None:
+def test_only_the_wide_matmul_is_data_tiled_and_only_with_avx512(avx512: bool, avx2: bool, monkeypatch) -> None:
     _set_cpu(monkeypatch, avx512, avx2)
     torch.manual_seed(0)
     encoded = _encoded_shapes(WideAndNarrow().eval(), torch.randn(1, 512, 7, 7))
-    if avx2:
+    if avx512:
         # The wide matmul's weight is packed (its activations may be packed inside the dispatch
         # that makes them); nothing of the narrow one.
         assert "512x2048xf32" in encoded, encoded
         assert not any("2048x64" in shape or "64x2048" in shape for shape in encoded), encoded
     else:
+        # With AVX2 only its 49 rows take the register tile (below), off x86 IREE's own tiles.
         assert encoded == []
 
 
+class FewRows(nn.Module):
+    """A 1x1 convolution of 512 -> 2048 channels at 4x4: 16 rows, fewer than the register tile takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Conv2d(512, 2048, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.wide(x))
+
+
+def test_avx2_data_tiles_the_matmuls_of_few_rows_with_their_weight_unpadded(monkeypatch) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    configurations = _compiled(FewRows().eval(), (torch.randn(1, 512, 4, 4),), "executable-configurations")
+    encoded = set(re.findall(r"hal\.executable\.export public @\w*_encode_(\w+?)_to_", configurations))
+    assert "512x2048xf32" in encoded, encoded
+    assert "512x2064xf32" not in configurations
+
+
+def _configuration_lines(configurations: str, operand: str) -> list[str]:
+    """The lines of `linalg.matmul`s that read an operand of this shape (`512x2064xf32`)."""
+    return [line for line in configurations.splitlines() if "linalg.matmul" in line and operand in line]
+
+
+def test_avx2_tiles_late_matmuls_six_by_sixteen_over_padded_weights_and_blocks_deep_reductions(
+    monkeypatch,
+) -> None:
+    # ResNet-50's layer4: 512 -> 2048 channels at 7x7 (49x512 by 512x2048: its weight's rows 8 KiB
+    # apart, stored with 16 columns more) and 2048 -> 64 (49x2048 by 2048x64: a reduction of 2048,
+    # in blocks of 256).
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    configurations = _compiled(WideAndNarrow().eval(), (torch.randn(1, 512, 7, 7),), "executable-configurations")
+    wide = _configuration_lines(configurations, "512x2064xf32")
+    narrow = _configuration_lines(configurations, "2048x64xf32")
+    assert wide and narrow, configurations
+    assert not _configuration_lines(configurations, "512x2048xf32")
+    assert all("vector_common_parallel = [6, 16, 0]" in line for line in wide + narrow), wide + narrow
+    assert all("cache_reduction" not in line for line in wide), wide
+    assert all("cache_reduction = [0, 0, 256]" in line for line in narrow), narrow
+
+
 @pytest.mark.parametrize("avx512", [True, False])
-def test_avx2_data_tiles_from_half_the_weight_and_tiles_the_rest_six_by_sixteen(avx512: bool, monkeypatch) -> None:
+def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx512: bool, monkeypatch) -> None:
     _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
     examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 64, 8, 8))
     configurations = _compiled(Projection().eval(), examples, "executable-configurations")
     encoded = set(re.findall(r"hal\.executable\.export public @\w*_encode_(\w+?)_to_", configurations))
-    small = [line for line in configurations.splitlines() if "linalg.matmul" in line and "64x64xf32" in line]
+    small = _configuration_lines(configurations, "64x64xf32")
     assert small, "no 64x64 matmul"
+    assert encoded == set(), encoded  # 2^18 weights: below AVX-512's bound, and 196 rows with AVX2
     if avx512:
-        assert not any("256x1024" in shape or "1024x256" in shape for shape in encoded), encoded
         assert all("vector_common_parallel = [6, 16, 0]" not in line for line in small)
+        assert _configuration_lines(configurations, "256x1024xf32")
     else:
-        assert any("256x1024" in shape or "1024x256" in shape for shape in encoded), encoded
-        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small), small
+        expand = _configuration_lines(configurations, "256x1040xf32")  # rows 4 KiB apart: padded
+        assert expand, configurations
+        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small + expand), small + expand
+
+
+class LateConvolutions(nn.Module):
+    """Convolutions whose matmuls get padded weights with AVX2: 256 -> 1024 channels at 14x14 (196
+    rows), 512 -> 2048 at 7x7 then 2048 -> 512 (49 rows, a reduction in blocks), and a 3x3 stride-2
+    one of 128 -> 512 channels at 14x14 (im2col); and a 1x1 one of 64 channels at 8x8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(256, 1024, 1)
+        self.wide = nn.Conv2d(512, 2048, 1)
+        self.reduce = nn.Conv2d(2048, 512, 1)
+        self.strided = nn.Conv2d(128, 512, 3, stride=2, padding=1)
+        self.small = nn.Conv2d(64, 64, 1)
+
+    def forward(self, x, y, z, w):
+        return (
+            torch.relu(self.expand(x)),
+            self.reduce(torch.relu(self.wide(y))) + y,
+            torch.relu(self.strided(z)),
+            torch.relu(self.small(w)),
+        )
 
 
 def test_an_avx2_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
     _set_cpu(monkeypatch, False, True)
     torch.manual_seed(0)
-    model = Projection().eval()
-    examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 64, 8, 8))
+    model = LateConvolutions().eval()
+    examples = (
+        torch.randn(1, 256, 14, 14),
+        torch.randn(1, 512, 7, 7),
+        torch.randn(1, 128, 14, 14),
+        torch.randn(1, 64, 8, 8),
+    )
     bundle = dycl_iree.export(model, examples)
     assert bundle.host == "compiled"
     assert "--iree-opt-data-tiling" in json.dumps(bundle.manifest)
-    run = dycl_iree.load(bundle.save(tmp_path / "projection.dycl"))
+    configurations = _compiled(model, examples, "executable-configurations")
+    for operand in ("256x1040xf32", "512x2064xf32", "2048x528xf32", "1152x528xf32"):
+        assert _configuration_lines(configurations, operand), operand  # every padded weight
+    run = dycl_iree.load(bundle.save(tmp_path / "late.dycl"))
     with torch.no_grad():
         wants = model(*examples)
     for got, want in zip(run(*[example.numpy() for example in examples]), wants):
         want = want.numpy()
+        assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
