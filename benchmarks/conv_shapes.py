@@ -39,6 +39,13 @@ the machine is shared, and wall time counts the other jobs too):
 - `AVX2 tile from 64`: the AVX2 rule with its 6 x 16 register tile only for matmuls of 64 or more
   channels in and out (the rule before; as exported it starts at 16, `data_tiling`); `AVX2 6x16`,
   `4x16`, `8x8`, `4x24`, `12x8 tile from 16`: other register tiles from 16 channels;
+- `AVX2 rule before`: the AVX2 rule before ResNet-50's late 1x1 convolutions were measured (data
+  tiling up to 196 rows, weights as stored, every reduction whole); `AVX2 padded weights,
+  data-tiled`: padded weights (`data_tiling.padded_columns`) but data tiling up to 196 rows; `AVX2
+  6x16, unpadded` (`K64` ... `K512`): the register tile from 48 rows over unpadded weights, every
+  reduction whole (or in cache blocks of that depth); `AVX2 padded from 256 columns`: weights
+  padded from rows 1 KiB apart; `AVX2 workgroups of 32` / `128` / `256 columns`: the register
+  tile's workgroups that wide (`data_tiling.REGISTER_TILE_WORKGROUP_COLUMNS`; 64 as exported);
 - `AVX2 IREE depthwise`: depthwise convolutions left to IREE (`decompositions.depthwise_as_taps`
   patched to False), which runs them in NCHW; `AVX2 taps + padding fused`: the taps with
   `--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops`; `AVX2 taps + NHWC
@@ -90,6 +97,8 @@ SHAPES = {
     "zoo_3x3_32_16": (32, 32, 16, 3, 1, 1, 1),
     "zoo_3x3_16_32": (16, 16, 32, 3, 1, 1, 1),
     "layer3_3x3s2_128_256": (128, 256, 28, 3, 2, 1, 1),
+    "layer4_3x3s2_256_512": (256, 512, 14, 3, 2, 1, 1),
+    "layer4_3x3s2_512_512": (512, 512, 14, 3, 2, 1, 1),
     "downsample_1x1s2_256_512": (256, 512, 14, 1, 2, 0, 1),
     "downsample_1x1s2_512_1024": (512, 1024, 28, 1, 2, 0, 1),
     "downsample_1x1s2_1024_2048": (1024, 2048, 14, 1, 2, 0, 1),
@@ -212,6 +221,7 @@ class Variant(NamedTuple):
     activation_in_nhwc: bool = True
     scaled_taps: bool = True
     register_tile: tuple[int, int, int] | None = None
+    rule: tuple[tuple[str, int], ...] = ()
 
 
 def _variants() -> dict[str, Variant]:
@@ -258,6 +268,38 @@ def _variants() -> dict[str, Variant]:
         "AVX2 8x8 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 8, 8)),
         "AVX2 4x24 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 4, 24)),
         "AVX2 12x8 tile from 16": Variant(avx2, False, True, None, register_tile=(16, 12, 8)),
+        # The AVX2 rule before the late 1x1 convolutions' rule (data tiling up to 196 rows, every
+        # reduction whole, no padded weights), and parts of the rule alone: the padded weights with
+        # data tiling up to 196 rows; the 6 x 16 register tile from 48 rows over unpadded weights,
+        # with the reduction whole or in cache blocks of the given depth.
+        "AVX2 rule before": Variant(
+            avx2,
+            False,
+            True,
+            None,
+            rule=(("AVX2_MAX_ROWS", 196), ("REGISTER_TILE_BLOCKED_FROM", 0), ("PADDED_STRIDE", 0)),
+        ),
+        "AVX2 padded weights, data-tiled": Variant(avx2, False, True, None, rule=(("AVX2_MAX_ROWS", 196),)),
+        "AVX2 6x16, unpadded": Variant(
+            avx2, False, True, None, rule=(("REGISTER_TILE_BLOCKED_FROM", 0), ("PADDED_STRIDE", 0))
+        ),
+        **{
+            f"AVX2 6x16 K{depth}, unpadded": Variant(
+                avx2,
+                False,
+                True,
+                None,
+                rule=(("REGISTER_TILE_BLOCKED_FROM", 16), ("REGISTER_TILE_DEPTH", depth), ("PADDED_STRIDE", 0)),
+            )
+            for depth in (64, 128, 256, 512)
+        },
+        "AVX2 padded from 256 columns": Variant(avx2, False, True, None, rule=(("PADDED_STRIDE", 256),)),
+        **{
+            f"AVX2 workgroups of {columns} columns": Variant(
+                avx2, False, True, None, rule=(("REGISTER_TILE_WORKGROUP_COLUMNS", columns),)
+            )
+            for columns in (32, 128, 256)
+        },
         # Depthwise forms: IREE's own depthwise convolution, the taps with the padding fused into
         # them, and the taps with BN + ReLU6 on their NHWC side (with and without that padding).
         "AVX2 IREE depthwise": Variant(avx2, False, True, None, taps=False),
@@ -306,6 +348,9 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         data_tiling.REGISTER_TILE = tuple(tile)
     if not variant.activation_in_nhwc:
         lower._activated_depthwise = lambda *args: None
+    saved_rule = {name: getattr(data_tiling, name) for name, _ in variant.rule}
+    for name, value in variant.rule:
+        setattr(data_tiling, name, value)
     try:
         bundle = dycl_iree.export(model, (example,))
     finally:
@@ -317,6 +362,8 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         lower._activated_depthwise = saved_activated
         decompositions.SCALED_TAPS = saved_scaled
         data_tiling.REGISTER_TILE_MIN_SIZE, data_tiling.REGISTER_TILE = saved_register
+        for name, value in saved_rule.items():
+            setattr(data_tiling, name, value)
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
 
 

@@ -2,7 +2,8 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|inverted-residuals|ukernels]
+        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|inverted-residuals
+                   |late-matmuls|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -24,6 +25,9 @@ convolution after the ReLU6 of a 1x1 one padding that activation (`constant_pad_
 before: `padded_expansion.Expansions.padded_input` patched to None) or reading the padded tensor
 the 1x1 convolution's matmul writes, as exported (`dycl_iree/padded_expansion.py`). `--compare
 inverted-residuals`: both of these before (register tile from 64, padding copied) and as exported.
+`--compare late-matmuls`: the AVX2 rule before (data tiling up to 196 rows, unpadded weights, every
+reduction whole: `data_tiling.AVX2_MAX_ROWS` 196, `PADDED_STRIDE` and `REGISTER_TILE_BLOCKED_FROM`
+0) or as exported (the register tile from 48 rows over padded weights, deep reductions in blocks).
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -99,6 +103,18 @@ COMPARISONS = {
             (padded_expansion.Expansions, "padded_input", lambda *args: None),
         ],
         "as exported (register tile from 16, padded expansions)": (data_tiling, "REGISTER_TILE_MIN_SIZE", None),
+    },
+    "late-matmuls": {
+        "AVX2 rule before (data tiling up to 196 rows, no padded weights or reduction blocks)": [
+            (data_tiling, "AVX2_MAX_ROWS", 196),
+            (data_tiling, "REGISTER_TILE_BLOCKED_FROM", 0),
+            (data_tiling, "PADDED_STRIDE", 0),
+        ],
+        "as exported (register tile from 48 rows, padded weights, reduction blocks)": (
+            data_tiling,
+            "AVX2_MAX_ROWS",
+            None,
+        ),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),
