@@ -71,6 +71,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -367,30 +368,38 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
     return dycl_iree.load(bundle.save(folder / f"{name}.dycl"), device="local-sync")
 
 
-def _onnxruntime(model: nn.Module, example: torch.Tensor):
-    """A call of the shape's convolution + ReLU (+ BN + ReLU6 for a depthwise one) in NCHW on ONNX
-    Runtime, one thread; checked against PyTorch."""
+def onnxruntime_call(module: nn.Module, example: torch.Tensor) -> Callable[[], np.ndarray]:
+    """A call of `module` on `example` through ONNX Runtime's CPU provider on one thread (intra- and
+    inter-op), the module exported by the TorchScript ONNX exporter; the call returns its first
+    output. The benchmarks of single blocks (`inverted_residual.py`) share it."""
     import io
     import warnings
 
     import onnxruntime
 
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
+        torch.onnx.export(module, (example,), buffer, dynamo=False)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: example.numpy()}
+    return lambda: session.run(None, feed)[0]
+
+
+def _onnxruntime(model: nn.Module, example: torch.Tensor) -> Callable[[], np.ndarray]:
+    """A call of the shape's convolution + ReLU (+ BN + ReLU6 for a depthwise one) in NCHW on ONNX
+    Runtime, one thread; checked against PyTorch."""
     if isinstance(model, DepthwiseBlock):
         plain = nn.Sequential(model.convolution, model.norm, nn.ReLU6()).eval()
     else:
         plain = nn.Sequential(model.convolution, nn.ReLU()).eval()
     nchw = example.permute(0, 3, 1, 2).contiguous()
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
-        torch.onnx.export(plain, (nchw,), buffer, dynamo=False)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: nchw.numpy()}
+    call = onnxruntime_call(plain, nchw)
     with torch.no_grad():
-        np.testing.assert_allclose(session.run(None, feed)[0], plain(nchw).numpy(), rtol=1e-4, atol=1e-4)
-    return lambda: session.run(None, feed)
+        np.testing.assert_allclose(call(), plain(nchw).numpy(), rtol=1e-4, atol=1e-4)
+    return call
 
 
 def _relative_error(output: np.ndarray, exact: np.ndarray) -> float:

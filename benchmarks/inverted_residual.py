@@ -21,20 +21,20 @@ Under each row the largest error of each column against PyTorch, over the larges
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["DYCL_IREE_EXPORT_CACHE"] = "0"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from conv_shapes import onnxruntime_call  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import data_tiling, padded_expansion  # noqa: E402
@@ -89,20 +89,6 @@ def _export(block: torch.nn.Module, example: torch.Tensor, column: str, folder: 
     return dycl_iree.load(bundle.save(folder / f"{len(list(folder.iterdir()))}.dycl"), device="local-sync")
 
 
-def _onnxruntime(block: torch.nn.Module, example: torch.Tensor):
-    import onnxruntime
-
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
-        torch.onnx.export(block, (example,), buffer, dynamo=False)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: example.numpy()}
-    return lambda: session.run(None, feed)[0]
-
-
 def main(names: list[str], rounds: int) -> None:
     torch.set_num_threads(1)
     folder = Path(tempfile.mkdtemp(prefix="dycl-inverted-residual-"))
@@ -113,7 +99,7 @@ def main(names: list[str], rounds: int) -> None:
         example = torch.randn(1, BLOCKS[name][0], BLOCKS[name][2], BLOCKS[name][2])
         with torch.no_grad():
             expected = block(example).numpy()
-        calls = {"torch": lambda: block(example), "onnxruntime": _onnxruntime(block, example)}
+        calls = {"torch": lambda: block(example), "onnxruntime": onnxruntime_call(block, example)}
         for column in COLUMNS:
             run = _export(block, example, column, folder)
             calls[column] = lambda run=run: run(example.numpy())
