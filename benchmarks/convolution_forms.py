@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|inverted-residuals
-                   |late-matmuls|ukernels]
+                   |late-matmuls|late-matmuls-unpadded|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -27,7 +27,8 @@ the 1x1 convolution's matmul writes, as exported (`dycl_iree/padded_expansion.py
 inverted-residuals`: both of these before (register tile from 64, padding copied) and as exported.
 `--compare late-matmuls`: the AVX2 rule before (data tiling up to 196 rows, unpadded weights, every
 reduction whole: `data_tiling.AVX2_MAX_ROWS` 196, `PADDED_STRIDE` and `REGISTER_TILE_BLOCKED_FROM`
-0) or as exported (the register tile from 48 rows over padded weights, deep reductions in blocks).
+0) or as exported (the register tile from 48 rows over padded weights, deep reductions in blocks);
+`--compare late-matmuls-unpadded` adds the rule as exported without the padded weights.
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -115,6 +116,15 @@ COMPARISONS = {
             "AVX2_MAX_ROWS",
             None,
         ),
+    },
+    "late-matmuls-unpadded": {
+        "AVX2 rule before (data tiling up to 196 rows, no padded weights or reduction blocks)": [
+            (data_tiling, "AVX2_MAX_ROWS", 196),
+            (data_tiling, "REGISTER_TILE_BLOCKED_FROM", 0),
+            (data_tiling, "PADDED_STRIDE", 0),
+        ],
+        "register tile from 48 rows, reduction blocks, unpadded weights": (data_tiling, "PADDED_STRIDE", 0),
+        "as exported (the same with padded weights)": (data_tiling, "PADDED_STRIDE", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),
