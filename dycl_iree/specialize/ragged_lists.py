@@ -51,6 +51,16 @@ class RaggedLists:
         known = self.list_dims.get(self.layout_list) if self.layout_list is not None else None
         return known if known is not None else self.concatenation_dims
 
+    def list_may_be_stacked(self) -> bool:
+        """Whether `torch.stack` may read the list being laid out: from its own uses where the graph
+        shows them (`list_concatenation_dims`, None where one is a `stack`), else whether the model
+        stacks any list. A model that stacks its per-row outputs (`torch.stack(rows)`) and joins
+        pieces of a data-dependent width (`torch.cat(pieces + [h], 1)`) stacks only the rows: the
+        pieces, stacked too, came back as wide as the example's (fuzzer seed 95110)."""
+        if self.layout_list is not None and self.layout_list in self.list_dims:
+            return self.list_dims[self.layout_list] is None
+        return self.stacks_lists
+
     def list_layout(self, entries: list, source: str) -> int | None:
         """How lists of tensors that meet (two paths' lists, a list and what is appended or added to
         it) are carried: None when stacked (every tensor has one shape), else the dim they are
@@ -94,7 +104,7 @@ class RaggedLists:
         # list's is not known here: stacked, as before.
         concatenated = self.dims_of_list()
         along = set(dynamic) & concatenated
-        if not differing and not starts_empty and (self.stacks_lists or len(along) != 1):
+        if not differing and not starts_empty and (self.list_may_be_stacked() or len(along) != 1):
             return None
         if not differing and len(self.read_along) == 1 and self.size_witness(element_type(types, source)) is None:
             # Every `torch.cat` that reads the lists this loop grows joins them along one dim
@@ -103,7 +113,7 @@ class RaggedLists:
             (read,) = self.read_along
             if 0 <= read < first.rank:
                 return read
-        if not differing and (self.stacks_lists or not set(dynamic) & concatenated):
+        if not differing and (self.list_may_be_stacked() or not set(dynamic) & concatenated):
             if self.size_witness(element_type(types, source)) is not None:
                 return None  # stacked, its empty form sized at run time (`tensor_lists.empty_stacked`)
             if len(dynamic) > 1:
