@@ -104,8 +104,6 @@ class ControlFlowEmitter:
         ]
         initial = self.distinct(initial, types)
         zero = self.constant(0, None)[0]
-        start = self.loop_condition(zero, trip, node.condition)
-        start_bit = self.to_builtin(start, "!torch.bool")
         # A tensor with a dynamic dim enters behind a barrier even when it is the only one: IREE's
         # stream passes may place it in a buffer shared with other results of the same dispatches,
         # at the offset `util.align(size of the one before, 64)`, and the integer range analysis
@@ -116,6 +114,7 @@ class ControlFlowEmitter:
         entry_values = [self.to_builtin(name, type_text) for name, type_text in zip([zero, *initial], carried)]
         listed = ", ".join(builtins)
         count = len(builtins)
+        start_bit = self.edge_condition(zero, trip, node.condition)
         result, looped = self.fresh(), self.fresh()
         self.emit(f"{result}:{count} = scf.if {start_bit} -> ({listed}) {{")
         self.depth += 1
@@ -160,12 +159,11 @@ class ControlFlowEmitter:
         params = [self.without_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(params, types))]
         self.loop_carried.update(params)  # `checks.CheckedCalls.gated` leaves them alone
         self.enclosing_loops = enclosing + 1
-        following, next_values, go = self.loop_body(node, counter, params, types, trip)
+        following, next_values, _ = self.loop_body(node, counter, params, types, trip)
         self.enclosing_loops = enclosing
         next_values = [
             self.with_spare_row(n, t) if p in spare else n for p, (n, t) in enumerate(zip(next_values, types))
         ]
-        go_bit = self.to_builtin(go, "!torch.bool")
         next_values = self.apart(self.distinct(self.widened(next_values, types), types, by_type=False), carried[1:])
         next_builtins = [self.to_builtin(n, t) for n, t in zip([following, *next_values], carried)]
         # Inside another loop, too, a tensor with a dynamic dim on entry passes its sizes on through
@@ -179,6 +177,7 @@ class ControlFlowEmitter:
         next_builtins = [
             self.builtin_barrier(n, b, sizes_too=h) for n, b, h in zip(next_builtins, builtins, [False, *passed_sized])
         ]
+        go_bit = self.edge_condition(following, trip, node.body.results[0])
         self.emit(f"scf.condition({go_bit}) {', '.join(next_builtins)} : {listed}")
         self.names, self.types = saved
         self.depth -= 1
@@ -352,6 +351,36 @@ class ControlFlowEmitter:
             self.emit(f"{both} = torch.aten.__and__.bool {go}, {keep_going} : !torch.bool, !torch.bool -> !torch.bool")
             go = both
         return go
+
+    def edge_condition(self, counter: str, trip: str, condition: Arg) -> str:
+        """The i1 a loop's entry (`scf.if`) or back edge (`scf.condition`) branches on, `counter <
+        trip and condition` as `counter < trip * condition`: compared last, from two ints behind
+        barriers, so that where the condition crosses an edge it is 64 bits wide (`widened`).
+
+        The entry and the back edge of the do-while form branch to the same two blocks. Where both
+        wait for the device first (a tensor the loop carries, behind its barrier), IREE 3.13 ends
+        each with a `hal.fence.await` and the canonicalizer merges the two blocks that follow, which
+        hold only the branch: a condition computed before the wait becomes a block argument, an i1
+        in a 32-bit register moved beside the register pairs of the sizes, one move after the
+        other. In `iree-dump-module`: `^bb27(%i16->%i58, %i17->%i59, ..., %i18->%i60, %i19->%i61,
+        %i60->%i16)`, the entry's `0 < rows` read from `i60` after the loop's count, 0, was written
+        into `i60:61`. A loop over the rows of `h` in a branch that had read a piece's width from the
+        device (`pieces.append(h[:, :int(w)])`, then `rows.append(h[t] * 2.0)`, fuzzer seed 95110)
+        never ran, and `torch.stack(rows)` raised "stack expects a non-empty TensorList". Compared
+        after the carried values' barriers, the comparison follows the wait into the merged block,
+        whose arguments are then the two ints (barriers keep it from being merged with an earlier
+        comparison of the same ints).
+        """
+        limit = trip
+        if not (isinstance(condition, Constant) and condition.value is True):
+            keep_going, _ = self.operand(condition, "!torch.bool")
+            as_int, limit = self.fresh(), self.fresh()
+            self.emit(f"{as_int} = torch.aten.Int.bool {keep_going} : !torch.bool -> !torch.int")
+            self.emit(f"{limit} = torch.aten.mul.int {trip}, {as_int} : !torch.int, !torch.int -> !torch.int")
+        low, high = self.barrier(counter, "!torch.int"), self.barrier(limit, "!torch.int")
+        go = self.fresh()
+        self.emit(f"{go} = torch.aten.lt.int {low}, {high} : !torch.int, !torch.int -> !torch.bool")
+        return self.to_builtin(go, "!torch.bool")
 
     def loop_body(
         self, node: Loop, counter: str, params: list[str], types: list[str], trip: str
