@@ -658,3 +658,40 @@ def test_a_list_left_empty_by_one_side_of_a_nested_branch(tmp_path):
         rows.add(check_hosts(scripted, [compiled, python], (torch.full((3, 6), value),)).shape[0])
     assert rows == {3, 6}, rows  # the list empty (the inner then side) and with one tensor
     assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
+
+
+class PiecesBesideRowsStackedInABranch(nn.Module):
+    """Pieces as wide as the data says, joined along their width, and a branch that appends one more
+    and then transforms the batch's rows one by one and stacks them (fuzzer seed 95110, cut down),
+    dynamic batch. The model stacks a list, so every list whose tensors vary only in dynamic dims
+    was stacked, the pieces too: PyTorch's 13 columns came back as 12, or the call failed with
+    OUT_OF_RANGE, on both hosts. Then the compiled host skipped the loop over the rows (the entry's
+    `0 < rows` read from a register the loop's count had just overwritten) and raised "stack
+    expects a non-empty TensorList"."""
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        pieces: List[torch.Tensor] = []
+        pieces.append(h[:, : int(h.argmax(1).max()) % 6 + 1] * 0.5)
+        if float(h[0, 1]) > 0.0:
+            pieces.append(h[:, : int((h > 0.0).sum()) % 6 + 1] * 0.5)
+            rows: List[torch.Tensor] = []
+            for t in range(h.shape[0]):
+                rows.append(h[t] * 2.0)
+            h = torch.stack(rows)
+        return h, torch.cat(pieces + [h], 1)
+
+
+def test_pieces_keep_their_widths_beside_rows_stacked_in_a_branch(tmp_path):
+    model = PiecesBesideRowsStackedInABranch()
+    example = torch.randn(3, 6, generator=torch.Generator().manual_seed(0))
+    example[0, 1] = -1.0  # the example takes the side without the second piece and the rows
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (example,), "rows_beside", {"x": {0: "batch"}})
+    generators = [torch.Generator().manual_seed(seed) for seed in range(12)]
+    cases = [(torch.randn(1 + seed % 4, 6, generator=g) * 2.0,) for seed, g in enumerate(generators)]
+    widths = _piece_widths(scripted, [compiled, python], cases)
+    assert len(widths) >= 4, widths  # pieces of several widths, one or two of them
+    (label,) = python.decisions
+    assert set(python.decisions[label]) == {True, False}, python.decisions
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {1, 2, 3, 4} <= trips, python.trip_counts  # the loop over the rows at every batch
