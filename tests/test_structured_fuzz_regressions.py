@@ -6,6 +6,7 @@ tuples) into its programs, each reduced to a small program and run on every path
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -695,3 +696,50 @@ def test_pieces_keep_their_widths_beside_rows_stacked_in_a_branch(tmp_path):
     assert set(python.decisions[label]) == {True, False}, python.decisions
     trips = {count for counts in python.trip_counts.values() for count in counts}
     assert {1, 2, 3, 4} <= trips, python.trip_counts  # the loop over the rows at every batch
+
+
+class RowsOfABranchBesideARandomOp(nn.Module):
+    """A dict of named outputs, a branch that runs a `Linear` over the batch's rows one by one and
+    concatenates them, a random op on its other side, then refinement steps with a `break` (fuzzer
+    seed 95027, cut down), dynamic batch. The compiled host skipped the loop over the rows (the
+    entry's `0 < rows` read from a register the loop's count had just overwritten) and raised
+    "torch.cat(): expected a non-empty list of Tensors" where PyTorch returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+        self.row_layer = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor):
+        h = x
+        out: Dict[str, torch.Tensor] = {}
+        out["scores"] = h.sum(1)
+        if math.sqrt(float(h.abs().mean())) > 1.16759 or float(h.max()) > 1.51864:
+            rows: List[torch.Tensor] = []
+            for t in range(h.shape[0]):
+                r = torch.tanh(self.row_layer(h[t]))
+                if float(r.max()) > 0.924381:
+                    r = torch.softmax(r, 0) * 2.0 - 0.5
+                rows.append(r.unsqueeze(0))
+            h = torch.cat(rows, 0)
+        else:
+            h = h + 0.0 * torch.bernoulli(torch.full_like(h, 0.5))
+        for _ in range(4):
+            h = torch.softmax(self.layer(h), 1) + h * 0.5
+            if math.exp(-float(h.abs().mean())) > 0.863421 and float(h[0, 1]) > 0.198265:
+                break
+        return h, out
+
+
+def test_rows_of_a_branch_beside_a_random_op_run_on_the_compiled_host(tmp_path):
+    torch.manual_seed(0)
+    model = RowsOfABranchBesideARandomOp()
+    example = (torch.randn(2, 8, generator=torch.Generator().manual_seed(1)),)
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "rows_random", {"x": {0: "batch"}})
+    generators = [torch.Generator().manual_seed(seed) for seed in range(12)]
+    cases = [(torch.randn(1 + seed % 4, 8, generator=g) * (0.3 + seed % 3),) for seed, g in enumerate(generators)]
+    for inputs in cases:
+        check_hosts(scripted, [compiled, python], inputs)
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {1, 2, 3, 4} <= trips, python.trip_counts  # the rows at every batch; refinement to its end
