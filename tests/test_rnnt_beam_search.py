@@ -90,6 +90,9 @@ def exported(beam_search, tmp_path_factory):
     return bundle, dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
 
 
+# The export is slow: iree-compile takes minutes on its `main` when not cached (README, "Known traps":
+# writing the vmfb is cubic in the size of one VM function). `make zoo` runs these too.
+@pytest.mark.slow
 def test_the_exported_beam_search_gives_pytorchs_hypotheses_on_both_hosts(beam_search, exported):
     _, compiled, python = exported
     scripted = torch.jit.script(beam_search)
@@ -110,6 +113,7 @@ def test_the_exported_beam_search_gives_pytorchs_hypotheses_on_both_hosts(beam_s
     assert any(sides[True] and sides[False] for sides in python.decisions.values())
 
 
+@pytest.mark.slow
 def test_it_takes_the_compiled_host(exported):
     bundle, _, _ = exported
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
