@@ -41,8 +41,22 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     return small, large
 
 
-def test_one_row_per_token_is_an_int64_tensor_of_n_rows_on_the_compiled_host(tmp_path):
-    bundle, scripted, compiled, python = export_compiled(tmp_path, TokenRows(), (torch.randn(3, 4), 3), "rows")
+@pytest.fixture(scope="module")
+def token_rows(tmp_path_factory):
+    """TokenRows exported once: (bundle, scripted, its folder); each test loads its own hosts
+    (`_hosts`), so the trip counts the Python host records are that test's."""
+    folder = tmp_path_factory.mktemp("rows")
+    bundle, scripted, _, _ = export_compiled(folder, TokenRows(), (torch.randn(3, 4), 3), "rows")
+    return bundle, scripted, folder / "rows.dycl"
+
+
+def _hosts(path):
+    return dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+
+
+def test_one_row_per_token_is_an_int64_tensor_of_n_rows_on_the_compiled_host(token_rows):
+    bundle, scripted, path = token_rows
+    compiled, python = _hosts(path)
     assert bundle.host == "compiled"
     small, large = _inputs()
     shapes = []
@@ -55,11 +69,12 @@ def test_one_row_per_token_is_an_int64_tensor_of_n_rows_on_the_compiled_host(tmp
     assert tokens_loop == [1, 2, 2, 7] and rows_loop == [1, 2, 2, 7], python.trip_counts
 
 
-def test_no_tokens_raises_where_pytorch_gives_a_tensor_of_another_rank(tmp_path):
+def test_no_tokens_raises_where_pytorch_gives_a_tensor_of_another_rank(token_rows):
     """TorchScript makes `torch.tensor` of no rows a tensor of shape [0] (int64, from the list's
     type; eager PyTorch's is float32): of rank 1 where every other length gives rank 2. One exported
     tensor has one rank, so that path raises on both hosts, naming the line."""
-    bundle, scripted, compiled, python = export_compiled(tmp_path, TokenRows(), (torch.randn(3, 4), 3), "rows")
+    bundle, scripted, path = token_rows
+    compiled, python = _hosts(path)
     small, _ = _inputs()
     with torch.no_grad():
         empty = scripted(small, 0)
