@@ -119,6 +119,21 @@ def assert_matches(actual: Any, expected: Any, context: str = "") -> None:
             raise AssertionError(f"{where}: unexpected reference output {want!r}")
 
 
+def export_reused(model: torch.nn.Module, example_inputs: tuple, **options: Any) -> Any:
+    """`dycl_iree.export` with the whole-export cache on, for fixtures that only need the bundle of an
+    unpatched exporter (the zoo's large models: their lowering is most of a warm export, BlockDrop's
+    ~1 min). The key holds a hash of the exporter's source, so a change to it exports afresh."""
+    saved = os.environ.get("DYCL_IREE_EXPORT_CACHE")
+    os.environ["DYCL_IREE_EXPORT_CACHE"] = "1"
+    try:
+        return dycl_iree.export(model, example_inputs, **options)
+    finally:
+        if saved is None:
+            del os.environ["DYCL_IREE_EXPORT_CACHE"]
+        else:
+            os.environ["DYCL_IREE_EXPORT_CACHE"] = saved
+
+
 def export_compiled(tmp_path: Path, model: torch.nn.Module, example: tuple, name: str, dynamic_shapes: Any = None):
     """Export `model` and check it got the compiled host: (bundle, the scripted model, a compiled-host
     runner, a Python-host runner that records the decisions it takes)."""

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import dycl_iree
 from dycl_iree.verify import verify
 from models import ZOO
+from tests.conftest import export_reused
 
 SUBSET = [
     "ranet",
@@ -37,7 +37,7 @@ def zoo_bundles(tmp_path_factory: pytest.TempPathFactory):
     def get(name: str):
         if name not in cache:
             model, example_inputs = ZOO[name].build()
-            bundle = dycl_iree.export(model, example_inputs)
+            bundle = export_reused(model, example_inputs)
             cache[name] = (model, example_inputs, bundle, bundle.save(Path(folder) / f"{name}.dycl"))
         return cache[name]
 
