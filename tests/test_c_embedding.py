@@ -29,6 +29,7 @@ from host_runtime.runner import build_outputs
 from models import ZOO, programs
 
 from .c_build import HOST_CPU, CRuntime, aarch64_python, app_arguments, c_runtime, parse_outputs, run, run_app
+from .conftest import export_reused
 
 CROSS_TARGET = "llvm-cpu:aarch64-linux-gnu"
 CPUS = [HOST_CPU, "aarch64"] if HOST_CPU != "aarch64" else ["aarch64"]
@@ -100,7 +101,7 @@ def c_bundles(tmp_path_factory: pytest.TempPathFactory):
         if name not in cache:
             model, example_inputs, dynamic_shapes, samples = _factory(name)
             targets = ("llvm-cpu", CROSS_TARGET)
-            bundle = dycl_iree.export(model.eval(), example_inputs, targets=targets, dynamic_shapes=dynamic_shapes)
+            bundle = export_reused(model.eval(), example_inputs, targets=targets, dynamic_shapes=dynamic_shapes)
             path = bundle.save(folder / f"{name}.dycl")
             cache[name] = CBundle(name, model.eval(), samples, path, bundle.manifest)
         return cache[name]
