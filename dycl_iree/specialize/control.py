@@ -30,7 +30,7 @@ from ..program import (
 )
 from .aliasing import mutated_outer
 from .mutation import mark_stale
-from .ragged_lists import dims_read_along
+from .ragged_lists import dims_read_along, fit_ragged_hint, ragged_positions
 from .schemas import source_of
 from .stand_ins import reuse_parameters
 from .structured import (
@@ -54,6 +54,7 @@ from .values import (
     join_types,
     same_constant,
     structure_difference,
+    tensor_type_of,
     tuples_of_constants,
     type_of,
     value_name,
@@ -104,6 +105,8 @@ class ControlFlow:
         joined: list[Any] = []
         then_yield: list[Arg] = []
         else_yield: list[Arg] = []
+        raggeds = ragged_positions(structure)
+        sides = [then_leaves] * (not then_raised) + [else_leaves] * (not else_raised)
         for index in range(len(else_leaves if then_raised else then_leaves)):
             a = None if then_raised else then_leaves[index]
             b = None if else_raised else else_leaves[index]
@@ -115,7 +118,7 @@ class ControlFlow:
                 continue
             type_a = None if a is None else type_of(a, source)
             type_b = None if b is None else type_of(b, source)
-            type_ = join_types(type_a, type_b, source)
+            type_ = fit_ragged_hint(join_types(type_a, type_b, source), index, raggeds, sides)
             if type_ is None:
                 joined.append(a if a is not None else b)
                 continue
@@ -251,8 +254,6 @@ class ControlFlow:
     def visit_loop(self, node: torch._C.Node) -> None:
         inputs = [self.entry(v) for v in node.inputs()]
         trip_count, condition, carried = inputs[0], inputs[1], inputs[2:]
-        (body,) = node.blocks()
-        source = source_of(node)
         ts_outputs = list(node.outputs())
         if (isinstance(condition, Constant) and not condition.value) or (
             isinstance(trip_count, Constant) and trip_count.value <= 0
@@ -262,6 +263,62 @@ class ControlFlow:
             return
         if self.unroll(node, trip_count, condition, carried):
             return
+        # The index is typed at its first iteration (0); where that types some dim made from it
+        # with an example of 0 or 1 (which torch.export would fix), raised to 2 (`zeros(1, i)`
+        # next to `ones(1, n - i)`: the two no longer add up to n), at a later iteration if that
+        # raises fewer. Sizes made from the index can be 0 or 1 at a later iteration alone
+        # (Emformer's last segment, with no frame after it), so neither is always the better.
+        later = _index_hint(_trip_hint(trip_count))
+        label = next(self.labels)
+        self.labels = itertools.count(label)
+        # A visit that fails may leave the walk inside the body (`sub_block` restores on success).
+        nodes, length, raised = self.nodes, len(self.nodes), self.raised
+        saved = (dict(self.env), dict(self.dim_sources), dict(self.views), set(self.unlinked_views))
+        inner_lists = {key: list(holders) for key, holders in self.inner_lists.items()}
+
+        def visit_at(index_hint: int) -> int:
+            """Visit the loop with the index's example `index_hint`; how many hints it raised."""
+            self.env, self.dim_sources, self.views, self.unlinked_views = (
+                dict(saved[0]),
+                dict(saved[1]),
+                dict(saved[2]),
+                set(saved[3]),
+            )
+            self.inner_lists = {key: list(holders) for key, holders in inner_lists.items()}
+            self.nodes, self.raised = nodes, raised
+            del self.nodes[length:]
+            self.labels = itertools.count(label)
+            before = self.raised_hints
+            self.visit_run_time_loop(node, trip_count, condition, carried, index_hint)
+            return self.raised_hints - before
+
+        if later == 0:
+            return self.visit_run_time_loop(node, trip_count, condition, carried, 0)
+        try:
+            first = visit_at(0)
+        except DyclError:
+            try:
+                visit_at(later)
+                return
+            except DyclError:
+                pass
+            visit_at(0)  # raises the first iteration's error
+        if first == 0:
+            return
+        try:
+            if visit_at(later) < first:
+                return
+        except DyclError:
+            pass
+        visit_at(0)
+
+    def visit_run_time_loop(
+        self, node: torch._C.Node, trip_count: Any, condition: Any, carried: list, index_hint: int
+    ) -> None:
+        """A loop that stays one in the Program, its index typed with the example `index_hint`."""
+        (body,) = node.blocks()
+        source = source_of(node)
+        ts_outputs = list(node.outputs())
         label = f"loop{next(self.labels)}"
         mutated = mutated_outer([body])
         # A list of tuples TorchScript folded into constants (`hyps = [([blank], 0.0)]`) is carried
@@ -270,8 +327,9 @@ class ControlFlow:
         initial_leaves, structure = flatten_entries(initial)
         initial_leaves = [self.materialize(leaf, source) for leaf in initial_leaves]
         types = [_carried_type(leaf, source) for leaf in initial_leaves]
+        trips = _trip_hint(trip_count)
         for _attempt in range(8):
-            index = self.new_value(ScalarType("int", 0), "i")
+            index = self.new_value(ScalarType("int", index_hint), "i")
             # A None the loop starts with is the constant None in the body until the body sets it.
             params = [Constant(None) if t is _NONE else self.new_value(t, "c") for t in types]
             saved_env = dict(self.env)
@@ -321,6 +379,19 @@ class ControlFlow:
                 ]
                 continue
             new_types = [_join_carried(t, leaf, source) for t, leaf in zip(types, result_leaves)]
+            raggeds = ragged_positions(structure)
+            new_types = [
+                fit_ragged_hint(t, position, raggeds, [params, result_leaves]) for position, t in enumerate(new_types)
+            ]
+            if trips is not None:
+                # Each dim that grows by the same amount every iteration is typed in the body
+                # at the size it has at the index's example iteration, not at the join of its
+                # sizes so far: what the body reads of it (a list's items, its length) then
+                # agrees with the sizes the index makes (`_index_hint`).
+                new_types = [
+                    _after_trips(t, first, param, last, index_hint)
+                    for t, first, param, last in zip(new_types, initial_leaves, params, result_leaves)
+                ]
             if new_types == types:
                 break
             types = new_types
@@ -332,7 +403,10 @@ class ControlFlow:
         initial_leaves, result_leaves = [initial_leaves[k] for k in kept], [result_leaves[k] for k in kept]
         # A slot the body leaves unset (an Optional that an iteration does not set) keeps its value.
         result_leaves = [param if _unset(leaf) else leaf for leaf, param in zip(result_leaves, params)]
-        outputs = tuple(self.new_value(t, "c") for t in types)
+        outputs = tuple(
+            self.new_value(_after_trips(t, first, param, last, trips), "c")
+            for t, first, param, last in zip(types, initial_leaves, params, result_leaves)
+        )
         # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
         body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
         # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
@@ -362,6 +436,56 @@ class ControlFlow:
 # Loops whose every decision is known at export time are unrolled up to this many iterations (each
 # iteration's ops are emitted again; a longer loop stays a loop).
 UNROLL_LIMIT = 64
+
+
+def _trip_hint(trip_count: Any) -> int | None:
+    """The example number of iterations of a loop that runs a known number of times (`range(n)`,
+    its hint where n is known only at run time), or None for a loop that runs while a condition
+    holds."""
+    if isinstance(trip_count, Constant):
+        hint = trip_count.value
+    elif isinstance(trip_count, Value) and isinstance(trip_count.type, ScalarType):
+        hint = trip_count.type.hint
+    else:
+        return None
+    return hint if isinstance(hint, int) and 0 <= hint < INT64_MAX else None
+
+
+def _index_hint(trips: int | None) -> int:
+    """The later iteration a loop's index may be typed at (`visit_loop`): 2 where the loop runs more
+    than twice, so that sizes made from it (`torch.zeros(1, i)`, `n - i`) have examples of at least
+    2 on both sides. At the index 0, `torch.cat([zeros(1, i), ones(1, n - i)], 1)` was typed n + 2
+    wide (the empty side's dim typed dynamic with the example 2, as torch.export fixes dims of 0
+    and 1) where it is n wide, and adding it to an n-wide tensor failed to type."""
+    return 0 if trips is None else max(0, min(2, trips - 1))
+
+
+def _after_trips(type_: Any, first: Any, param: Any, last: Any, trips: int | None) -> Any:
+    """`type_` (what a loop carries), with each dynamic dim that grows by the same amount every
+    iteration given the example size it has after `trips` iterations (its first size plus that
+    many steps): the loop's example number of them for its result, the index's example in the body.
+
+    A list appended to once per row of the batch (`for t in range(h.shape[0]): rows.append(h[t])`)
+    is as long as the batch: typed by the join of its first sizes (0, then 1) it was 2 long, and
+    `torch.stack(rows) + h` failed to type wherever the batch's example was not 2. The step is
+    the body's result size less its parameter's; a dim that shrinks or does not change keeps the
+    carried hint. Only hints change: which dims are dynamic stays as the loop's join decided."""
+    if trips is None or not isinstance(type_, TensorType):
+        return type_
+    first_type, param_type, last_type = (tensor_type_of(entry) for entry in (first, param, last))
+    if first_type is None or param_type is None or last_type is None:
+        return type_
+    if not first_type.rank == param_type.rank == last_type.rank == type_.rank:
+        return type_
+    hint = list(type_.hint)
+    for dim, size in enumerate(type_.shape):
+        step = last_type.hint[dim] - param_type.hint[dim]
+        # Measured from a parameter of run-time size: from the loop's first sizes, a dim that only
+        # its first append sizes (a list's tensors as wide as the frames, empty before) would seem
+        # to grow by that size every iteration.
+        if size is None and param_type.shape[dim] is None and step > 0:
+            hint[dim] = max(2, first_type.hint[dim] + step * trips)
+    return TensorType(type_.dtype, type_.shape, tuple(hint))
 
 
 def _holds_constant_tuple(entry: Any) -> bool:

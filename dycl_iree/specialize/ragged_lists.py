@@ -341,7 +341,7 @@ class RaggedLists:
         (length,) = self.emit_tensor_op(total, [kept], [], source, name="length")
         # Hints a meta run can narrow with: the start at 0, the length within the example's size.
         start = self.read_int(offset, 0, source)
-        count = self.read_int(length, min(2, items.value.type.hint[items.dim]), source)
+        count = self.read_int(length, _item_hint(items), source)
         # Typed here: a meta run with the offsets perturbed can run past the example's size, and
         # would leave every dim dynamic; only the list's dim changes.
         type_ = items.value.type
@@ -450,6 +450,71 @@ class RaggedLists:
         if along != 0:
             (stacked,) = self.emit_tensor_op(movedim, [stacked, Constant(1), Constant(along + 1)], [], source)
         return stacked
+
+
+def _item_hint(items: RaggedList) -> int:
+    """The example size of one tensor of `items` along its dim: their example size over their
+    example number, where that is at least 2 (a list of tensors as long as the batch, appended
+    once per step and concatenated along the batch: each is added to the batch's rows again), else
+    2 at most (within the example's size). `fit_ragged_hint` keeps the two in step."""
+    total = items.value.type.hint[items.dim]
+    sizes = tensor_type_of(items.sizes)
+    count = sizes.hint[0] if sizes is not None and sizes.rank == 1 else 0
+    each = total // count if count > 0 else 0
+    return each if each >= 2 else min(2, total)
+
+
+def ragged_positions(structure: Any) -> dict[int, tuple[int, int]]:
+    """For each RaggedList of a flattened structure (`structured.flatten_entries`): the position of
+    its value among the leaves -> (the position of its sizes, the dim it is concatenated along)."""
+    found: dict[int, tuple[int, int]] = {}
+    position = 0
+
+    def walk(node: Any) -> None:
+        nonlocal position
+        if node == "leaf":
+            position += 1
+            return
+        kind, items, meta = node
+        if kind == "ragged_list":
+            found[position] = (position + 1, meta[0])
+        position += {"ragged_list": 2, "ragged_ints": 2, "tensor_list": 1, "optional": 1, "key": 1}.get(kind, 0)
+        for item in items:
+            walk(item)
+
+    for node in structure:
+        walk(node)
+    return found
+
+
+def fit_ragged_hint(type_: Any, position: int, raggeds: dict[int, tuple[int, int]], sides: list) -> Any:
+    """`type_`, the join of a RaggedList's values on several paths (each path's leaves in `sides`),
+    with its example size along the list's dim as many tensors long as the join of their numbers,
+    where every path's tensors have one example size along it.
+
+    The join of an empty list and a list of one tensor n long is 2 tensors (the least example size
+    torch.export keeps dynamic) but n long: an item then took the example size n / 2, and adding it
+    back to the n rows it came from failed to type (fuzzer seeds 95023, 95112, 95114, 95122)."""
+    if position not in raggeds or not isinstance(type_, TensorType):
+        return type_
+    sizes_position, dim = raggeds[position]
+    if type_.shape[dim] is not None:
+        return type_
+    each, counts = set(), []
+    for leaves in sides:
+        value, sizes = tensor_type_of(leaves[position]), tensor_type_of(leaves[sizes_position])
+        if value is None or sizes is None or sizes.rank != 1:
+            continue
+        counts.append(sizes.hint[0])
+        if sizes.hint[0] > 0:
+            if value.hint[dim] % sizes.hint[0]:
+                return type_
+            each.add(value.hint[dim] // sizes.hint[0])
+    if len(each) != 1 or min(each) < 2:
+        return type_
+    count = counts[0] if len(set(counts)) == 1 else max(*counts, 2)  # as `values.join_types` joins them
+    hint = tuple(min(each) * count if d == dim else h for d, h in enumerate(type_.hint))
+    return TensorType(type_.dtype, type_.shape, hint)
 
 
 def _kept_along(dims: list[int], concatenation_dims: set[int]) -> int:

@@ -152,6 +152,7 @@ class _Specializer(
         self.size_witnesses: list = []  # see `tensor_lists.empty_stacked`
         self.read_along: set[int] = set()  # see `ragged_lists.dims_read_along`
         self.packed_seen = False  # whether a PackedSequence was made: `packed` then watches its reads
+        self.raised_hints = 0  # dynamic dims of size 0 or 1 at the examples, typed 2 (`control.visit_loop`)
 
     # -- values -----------------------------------------------------------------------------
     def new_value(self, type_: Type, name: str = "") -> Value:
@@ -565,6 +566,7 @@ class _Specializer(
                 d if all(shapes[position][dim] == d for shapes in perturbed) else None for dim, d in enumerate(shape_a)
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
+            self.raised_hints += sum(1 for d, s in zip(shape_a, shape) if s is None and d < 2)
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
         if target == "aten::cat.default" and _static_empty(outputs[0].type):
             # torch-mlir drops a cat's empty inputs, and iree-compile then refuses a concat of none
