@@ -121,12 +121,13 @@ def test_it_takes_the_compiled_host(exported):
 
 def test_a_number_of_frames_known_only_at_run_time_is_refused_where_emformers_mask_meets_the_scores(beam_search):
     # The mask blocks grow their lists (`tests/test_ragged_first_sizes.py`); the joined mask then
-    # meets the attention scores, both [T, T] at run time, whose example sizes disagree: the mask's
-    # are one pass of its loop (2 rows) and its blocks' widths summed with each empty column group
-    # counted 2 (12), the scores' the example's 6 frames.
+    # meets the attention scores, both [T, T] at run time, whose example sizes disagree in width:
+    # the mask's rows are the example's 6 frames (a row block per pass of its loop), but its width
+    # is its blocks' widths summed with each column group that is empty at every pass (the memory,
+    # `seg_idx - m_start` with none kept) counted 2 (12), the scores' the example's 6 frames.
     message = (
         r"cannot lower aten::masked_fill\.Scalar \(from .*emformer\.py:\d+\): cannot compute its result type: "
-        r"Attempting to broadcast a dimension of length 6 at -1! .* broadcastable to \[1, 2, 12\]"
+        r"Attempting to broadcast a dimension of length 6 at -1! .* broadcastable to \[1, 6, 12\]"
     )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2), dynamic_shapes=({0: "T"}, None, None))
