@@ -38,7 +38,7 @@ from . import winograd
 from .decompositions import decomposition_table, depthwise_convolution_activated
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
-from .padded_expansion import Expansions, depthwise_convolution_of_padded, inside_mask, pointwise_convolution_padded
+from .padded_expansion import Expansions, depthwise_convolution_of_padded, inside_mask
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
 from .specialize.schemas import overload_of, torch_dtype
 
@@ -441,13 +441,14 @@ def _segment_graph(
             if not tile:
                 args[1] = filter_hwcf(weight)
                 if _is_depthwise(overload, op, weight, args, kwargs):
-                    if (expansion := expansions.padded_input(op, args)) is not None:
+                    if (found := expansions.padded_input(op, args)) is not None:
                         # A constant mask (static sizes): IREE then fuses the zeroed border into the
                         # matmul at full speed, where an iota-computed one made it 1.8x slower.
+                        function, expansion = found
                         mask = inside_mask(*op.args[0].type.shape[2:], expansion[3])
                         mask_node = constant(("inside", mask.shape, *expansion[3]), mask)
                         expansion = (*expansion[:4], mask_node, *expansion[5:])
-                        args[0] = graph.call_function(pointwise_convolution_padded, expansion)
+                        args[0] = graph.call_function(function, expansion)
                         padded.add(op.outputs[0])
                     depthwise[op.outputs[0]] = args
         expansions.note(op, overload, args, kwargs, None if tile else weight)

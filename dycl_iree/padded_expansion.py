@@ -103,6 +103,53 @@ def pointwise_convolution_padded(
     return aten.where.ScalarOther(inside, out, 0.0)
 
 
+def convolution_padded(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    inside: torch.Tensor | None,
+    activation: str,
+    convolution: Sequence[Sequence[int]],
+    *scalars: float,
+) -> torch.Tensor:
+    """A convolution without groups (`convolution`: its stride, padding and dilation) then
+    `activation`, as NHWC padded by `padding` with zeros, like `pointwise_convolution_padded`: the
+    convolution runs over the padded output's pixels (its input padded that much more) and the
+    border is set to zero after the activation (`inside`, as there).
+
+    MobileNetV2's stem (3 -> 32 channels, 3x3, stride 2) feeds the first depthwise convolution.
+    Written as the model does, IREE 3.13 fuses the taps' padding into the stem's dispatch as a store
+    into the inside of the padded buffer, and that store (an `iree_linalg_ext.map_store` of the
+    result with its batch dim folded) is a scalar copy per element: the stem's dispatch took 0.75 ms
+    instead of 0.46 (README, Known traps). Here the dispatch writes the whole padded tensor.
+
+    >>> x, w, b = torch.randn(1, 3, 9, 9), torch.randn(8, 3, 3, 3), torch.randn(8)
+    >>> out = convolution_padded(x, w, b, [1, 1], None, "hardtanh", [[2, 2], [1, 1], [1, 1]], 0.0, 6.0)
+    >>> expected = torch.nn.functional.relu6(torch.nn.functional.conv2d(x, w, b, 2, 1))
+    >>> torch.allclose(out, torch.nn.functional.pad(expected.permute(0, 2, 3, 1), (0, 0, 1, 1, 1, 1)), atol=1e-5)
+    True
+    """
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    stride, conv_padding, dilation = convolution
+    pads = []
+    for size, kernel, step, before, spread, border in zip(
+        input.shape[2:], weight.shape[2:], stride, conv_padding, dilation, padding
+    ):
+        out_size = (size + 2 * before - spread * (kernel - 1) - 1) // step + 1
+        # Output pixel o reads input rows step * o - before + spread * k; o runs from -border to
+        # out_size - 1 + border.
+        last = step * (out_size - 1 + border) - before + spread * (kernel - 1)
+        pads.append((before + step * border, last - (size - 1)))
+    (top, bottom), (left, right) = pads
+    padded = aten.constant_pad_nd(input, [left, right, top, bottom], 0.0)
+    out = op(aten.conv2d.default(padded, weight, bias, list(stride), [0, 0], list(dilation), 1), *scalars)
+    out = aten.permute(out, [0, 2, 3, 1])
+    if inside is None:
+        inside = inside_mask(out.shape[1] - 2 * padding[0], out.shape[2] - 2 * padding[1], padding)
+    return aten.where.ScalarOther(inside, out, 0.0)
+
+
 def inside_mask(height: int, width: int, padding: Sequence[int]) -> torch.Tensor:
     """The [1, height + 2 pad_h, width + 2 pad_w, 1] mask of the pixels of a padded NHWC tensor that
     lie inside the unpadded one."""
@@ -117,6 +164,11 @@ _ACTIVATIONS = {aten.hardtanh.default: "hardtanh", aten.relu.default: "relu"}
 # over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at 14x14, where MobileNetV2's
 # blocks measured no faster or slower than with the padding copy (`benchmarks/inverted_residual.py`).
 MIN_SIZE = 56
+# The most input channels of a convolution with a larger filter that takes this form: IREE's direct
+# convolution of so few channels (MobileNetV2's stem: 3) vectorizes over the output channels and
+# pixels; wider ones take other forms (`decompositions._im2col_wins`, Winograd) or other tiles,
+# not measured here.
+MAX_CONVOLUTION_CHANNELS = 4
 
 
 class Expansions:
@@ -141,22 +193,26 @@ class Expansions:
 
     def note(self, op: Any, overload: Any, args: list, kwargs: dict, weight: torch.Tensor | None) -> None:
         """Remember a 1x1 convolution of the constant filter `weight`, or the activation of one."""
-        if weight is not None and overload is aten.conv2d.default and not kwargs and _pointwise(args, weight):
-            self.convolutions[op.outputs[0]] = args
+        if weight is not None and overload is aten.conv2d.default and not kwargs:
+            if _pointwise(args, weight):
+                self.convolutions[op.outputs[0]] = (pointwise_convolution_padded, args, ())
+            elif _narrow_convolution(args, weight):
+                self.convolutions[op.outputs[0]] = (convolution_padded, args, ([list(s) for s in args[3:6]],))
         elif overload in _ACTIVATIONS and not kwargs and op.args and self._single_use(op.args[0], self.convolutions):
             if all(type(bound) in (int, float) for bound in args[1:]):
                 self.activated[op.outputs[0]] = (self.convolutions[op.args[0]], _ACTIVATIONS[overload], *args[1:])
 
     def padded_input(self, op: Any, args: list) -> tuple | None:
-        """`pointwise_convolution_padded`'s arguments for the depthwise convolution `op` (`args`),
-        or None where its input is not such an activation or it has no padding."""
+        """The function that writes the padded input of the depthwise convolution `op` (`args`),
+        `pointwise_convolution_padded` or `convolution_padded`, and its arguments (the mask, at
+        index 4, None); None where its input is not such an activation or it has no padding."""
         padding, shape = args[4], op.args[0].type.shape
         if not self._single_use(op.args[0], self.activated) or not any(padding):
             return None
         if not all(type(size) is int and size >= MIN_SIZE for size in shape[2:]):
             return None
-        convolution, activation, *bounds = self.activated[op.args[0]]
-        return (convolution[0], convolution[1], convolution[2], list(padding), None, activation, *bounds)
+        (function, convolution, settings), activation, *bounds = self.activated[op.args[0]]
+        return function, (*convolution[:3], list(padding), None, activation, *settings, *bounds)
 
     def _single_use(self, value: Any, found: dict) -> bool:
         return isinstance(value, Value) and value in found and self.uses[value] == 1
@@ -171,6 +227,17 @@ def _pointwise(args: list, weight: torch.Tensor) -> bool:
     if not all(isinstance(setting, (list, tuple)) and len(setting) == 2 for setting in settings):
         return False
     return list(stride) == [1, 1] and list(padding) == [0, 0] and list(dilation) == [1, 1] and groups == 1
+
+
+def _narrow_convolution(args: list, weight: torch.Tensor) -> bool:
+    """Whether conv2d's arguments are a filter larger than 1x1 of at most `MAX_CONVOLUTION_CHANNELS`
+    input channels, without groups, with int stride, padding and dilation."""
+    if len(args) != 7 or weight.dim() != 4 or weight.shape[1] > MAX_CONVOLUTION_CHANNELS or args[6] != 1:
+        return False
+    settings = args[3:6]
+    if not all(isinstance(setting, (list, tuple)) and len(setting) == 2 for setting in settings):
+        return False
+    return all(type(size) is int for setting in settings for size in setting) and tuple(weight.shape[2:]) != (1, 1)
 
 
 def _values(arg: Any) -> list[Value]:

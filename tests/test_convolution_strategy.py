@@ -305,7 +305,7 @@ def test_inverted_residual_pads_its_expansion_in_the_matmul_and_matches_pytorch(
     padded tensor the 1x1 convolution's matmul writes (`padded_expansion`), on both sides of the
     branch, strided or not; the one whose input another op reads keeps its own padding. The hosts
     match PyTorch, NaN included."""
-    from dycl_iree import lower
+    from dycl_iree import padded_expansion
 
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
     paddings = []
@@ -314,8 +314,8 @@ def test_inverted_residual_pads_its_expansion_in_the_matmul_and_matches_pytorch(
         paddings.append((tuple(args[1].shape), tuple(args[3])))
         return lower_padded(*args)
 
-    lower_padded = lower.pointwise_convolution_padded
-    monkeypatch.setattr(lower, "pointwise_convolution_padded", recording)
+    lower_padded = padded_expansion.pointwise_convolution_padded
+    monkeypatch.setattr(padded_expansion, "pointwise_convolution_padded", recording)
     torch.manual_seed(0)
     model = InvertedResidual().eval()
     nan = torch.randn(1, 8, 56, 56)  # the least size that takes the form (`padded_expansion.MIN_SIZE`)
@@ -325,6 +325,65 @@ def test_inverted_residual_pads_its_expansion_in_the_matmul_and_matches_pytorch(
     # The expansion before either depthwise convolution (a segment may be traced more than once),
     # never the shared one (8 -> 40); export_compiled checks that the compiled host was taken.
     assert set(paddings) == {((48, 8, 1, 1), (1, 1))} and len(paddings) >= 2, paddings
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
+
+
+class StemAndDepthwise(nn.Module):
+    """MobileNetV2's stem (3 -> 16 channels, 3x3, stride 2, BN, ReLU6) and the depthwise convolution
+    after it, on one side of a branch; on the other a stem whose ReLU6 a second op reads too (the
+    sum), which keeps the depthwise convolution's own padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def unit(conv: nn.Conv2d) -> nn.Sequential:
+            norm = nn.BatchNorm2d(conv.out_channels)
+            with torch.no_grad():  # statistics as a trained network's, so that BN is not the identity
+                norm.running_mean.uniform_(-0.5, 0.5)
+                norm.running_var.uniform_(0.5, 2.0)
+                norm.bias.uniform_(-0.5, 0.5)
+            return nn.Sequential(conv, norm, nn.ReLU6())
+
+        self.stem = unit(nn.Conv2d(3, 16, 3, 2, 1, bias=False))
+        self.depthwise = unit(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False))
+        self.strided = unit(nn.Conv2d(16, 16, 3, 2, 1, groups=16, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 1.0:
+            return self.strided(self.stem(x))
+        s = self.stem(x)
+        return self.depthwise(s) + s.sum()
+
+
+def test_stem_writes_the_padded_input_of_the_depthwise_convolution_and_matches_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A depthwise convolution after the ReLU6 of a narrow convolution (MobileNetV2's stem) that
+    nothing else reads takes the padded tensor the stem's own dispatch writes
+    (`padded_expansion.convolution_padded`), strided or not; the one whose input the sum reads too
+    keeps its own padding. The hosts match PyTorch, NaN and the ReLU6's bounds included."""
+    from dycl_iree import padded_expansion
+
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    paddings = []
+
+    def recording(*args: Any) -> torch.Tensor:
+        paddings.append((tuple(args[1].shape), tuple(args[3]), tuple(map(tuple, args[6]))))
+        return convolution_padded(*args)
+
+    convolution_padded = padded_expansion.convolution_padded
+    monkeypatch.setattr(padded_expansion, "convolution_padded", recording)
+    torch.manual_seed(0)
+    model = StemAndDepthwise().eval()
+    nan = torch.randn(1, 3, 113, 113)  # odd: the stem's stride leaves the last row out
+    nan[0, 1, 7, 9] = float("nan")
+    samples = [torch.randn(1, 3, 113, 113), 4.0 * torch.randn(1, 3, 113, 113) + 3.0, nan]
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "stem_and_depthwise")
+    # Only the stem before the strided depthwise convolution (a segment may be traced more than once).
+    assert set(paddings) == {((16, 3, 3, 3), (1, 1), ((2, 2), (1, 1), (1, 1)))} and paddings, paddings
     for sample in samples:
         check_hosts(scripted, (compiled, python), (sample,))
     (label,) = python.decisions
