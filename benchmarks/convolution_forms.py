@@ -2,7 +2,7 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|inverted-residuals
+        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
                    |late-matmuls|late-matmuls-unpadded|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
@@ -24,6 +24,9 @@ small-matmuls`: the AVX2 rule's register tile for matmuls of 64 or more channels
 convolution after the ReLU6 of a 1x1 one padding that activation (`constant_pad_nd`, the form
 before: `padded_expansion.Expansions.padded_input` patched to None) or reading the padded tensor
 the 1x1 convolution's matmul writes, as exported (`dycl_iree/padded_expansion.py`). `--compare
+stem-padding`: MobileNetV2's stem padding nothing (`padded_expansion.MAX_CONVOLUTION_CHANNELS` 0: the
+taps pad its activation, which IREE fuses into the stem's dispatch as a scalar store) or writing
+the depthwise convolution's padded input itself, as exported. `--compare
 inverted-residuals`: both of these before (register tile from 64, padding copied) and as exported.
 `--compare late-matmuls`: the AVX2 rule before (data tiling up to 196 rows, unpadded weights, every
 reduction whole: `data_tiling.AVX2_MAX_ROWS` 196, `PADDED_STRIDE` and `REGISTER_TILE_BLOCKED_FROM`
@@ -97,6 +100,10 @@ COMPARISONS = {
     "padded-expansion": {
         "depthwise input padded by a copy": (padded_expansion.Expansions, "padded_input", lambda *args: None),
         "as exported (padded by the 1x1 convolution)": (padded_expansion.Expansions, "padded_input", None),
+    },
+    "stem-padding": {
+        "stem's output padded by the depthwise taps": (padded_expansion, "MAX_CONVOLUTION_CHANNELS", 0),
+        "as exported (the stem writes the padded tensor)": (padded_expansion, "MAX_CONVOLUTION_CHANNELS", None),
     },
     "inverted-residuals": {
         "before both": [
