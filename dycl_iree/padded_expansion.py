@@ -1,6 +1,7 @@
 """A 1x1 convolution whose activated output feeds a padded depthwise convolution, written so that the
 matmul's own dispatch writes the padded tensor the depthwise taps read (MobileNetV2's expansion and
-depthwise convolution; chosen by `lower._segment_graph`).
+depthwise convolution; chosen by `lower._segment_graph`); and the same for a convolution of few
+input channels (MobileNetV2's stem, `convolution_padded`).
 
 Written as the model does, the depthwise taps (`decompositions.depthwise_convolution_as_taps`) pad
 the expansion's output with `constant_pad_nd`, which IREE 3.13 runs as a copy of the whole expanded
@@ -173,11 +174,12 @@ MAX_CONVOLUTION_CHANNELS = 4
 
 class Expansions:
     """Finds, walking a segment's ops in order, the depthwise convolutions whose input is the ReLU6
-    (or ReLU) of a 1x1 convolution read by nothing else: `lower._segment_graph` gives `padded_input`'s
-    arguments to `pointwise_convolution_padded` and the depthwise convolution that padded tensor.
+    (or ReLU) of a 1x1 convolution, or of a narrow one (`_narrow_convolution`), read by nothing else:
+    `lower._segment_graph` calls the function `padded_input` names on its arguments and gives the
+    depthwise convolution that padded tensor.
 
     Only the rewrite's own conditions are checked here: a 1x1 convolution with stride 1, no
-    padding, dilation or groups and every argument given; bounds of the activation that are
+    padding, dilation or groups and every argument given, or a narrow one; bounds of the activation that are
     constants; a depthwise convolution with a padding of ints (`lower._is_depthwise` checks the rest)
     of an input of at least `MIN_SIZE` x `MIN_SIZE`, known at export.
     """
