@@ -138,6 +138,11 @@ SHAPES = {
     "mobilenet_1x1_144_32_28": (144, 32, 28, 1, 1, 0, 1),
     "mobilenet_1x1_32_192_28": (32, 192, 28, 1, 1, 0, 1),
     "mobilenet_1x1_192_32_28": (192, 32, 28, 1, 1, 0, 1),
+    # MobileNetV2's 1x1 convolutions at 14x14 and 7x7 (196x96x576, 49x160x960, 49x960x320, 49x320x1280)
+    "mobilenet_late_1x1_96_576_14": (96, 576, 14, 1, 1, 0, 1),
+    "mobilenet_late_1x1_160_960_7": (160, 960, 7, 1, 1, 0, 1),
+    "mobilenet_late_1x1_960_320_7": (960, 320, 7, 1, 1, 0, 1),
+    "mobilenet_late_1x1_320_1280_7": (320, 1280, 7, 1, 1, 0, 1),
 }
 MOBILENET_SMALL_1X1 = [name for name in SHAPES if name.startswith("mobilenet_1x1_")]
 MOBILENET_DEPTHWISE = [name for name in SHAPES if name.startswith("depthwise_")]
@@ -299,7 +304,7 @@ def _variants() -> dict[str, Variant]:
             f"AVX2 workgroups of {columns} columns": Variant(
                 avx2, False, True, None, rule=(("REGISTER_TILE_WORKGROUP_COLUMNS", columns),)
             )
-            for columns in (32, 128, 256)
+            for columns in (16, 32, 128, 256)
         },
         # Depthwise forms: IREE's own depthwise convolution, the taps with the padding fused into
         # them, and the taps with BN + ReLU6 on their NHWC side (with and without that padding).
