@@ -116,7 +116,9 @@ def store(key: str, bundle: Bundle) -> None:
         return
     buffer = io.BytesIO()
     try:
-        torch.save(bundle.program, buffer)
+        # Protocol 4, not torch.save's default 2: under 2 a `torch.memory_format` (the constant of a
+        # `.contiguous()`, as in torchaudio's Emformer) fails with "cannot pickle 'module' object".
+        torch.save(bundle.program, buffer, pickle_protocol=4)
     except Exception as error:  # a Program holding something pickle cannot write: just not cached
         LOGGER.debug(f"not caching this export: its Program cannot be saved ({error})")
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -131,6 +132,32 @@ def test_a_cached_export_neither_lowers_nor_compiles(monkeypatch, tmp_path: Path
     assert format_program(again.program) == format_program(first.program)
     _check_both_sides(dycl_iree.load(again.save(tmp_path / "again.dycl"), host="compiled"), model)
 
+
+
+class _Contiguous(nn.Module):
+    """`.contiguous()` keeps `torch.contiguous_format` as a constant of the Program."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.transpose(0, 1).contiguous()
+        if bool(h.sum() > 0):
+            return h * 2.0
+        return h - 1.0
+
+
+def test_a_program_holding_a_memory_format_is_cached(monkeypatch, tmp_path: Path) -> None:
+    """torch.save's default pickle protocol (2) cannot write a `torch.memory_format`; the cache must."""
+    monkeypatch.setenv("DYCL_IREE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "1")
+    model, example = _Contiguous().eval(), (torch.randn(3, 2),)
+    first = dycl_iree.export(model, example)
+    assert "contiguous_format" in format_program(first.program)
+    monkeypatch.setattr(pipeline, "lower", lambda *args, **kwargs: pytest.fail("the export was not cached"))
+    again = dycl_iree.export(model, example)
+    assert again.manifest["export_cache"] == "hit"
+    assert format_program(again.program) == format_program(first.program)
+    run = dycl_iree.load(again.save(tmp_path / "again.dycl"), host="compiled")
+    for x in (torch.randn(3, 2).abs(), -torch.randn(3, 2).abs()):
+        np.testing.assert_allclose(run(x.numpy()), model(x).numpy(), rtol=1e-6)
 
 ONE_TRACE_PROGRAMS = [
     "dynamic_batch",
