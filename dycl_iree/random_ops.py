@@ -60,15 +60,16 @@ def _mix(word: torch.Tensor) -> torch.Tensor:
     return torch.bitwise_xor(word, _shift_right(word, 16))
 
 
-def _keys(state: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _keys(state: torch.Tensor, stream: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two 32-bit keys (0-d) of the state (seed word, draw counter); both words reach both keys."""
     first = _mix(torch.bitwise_xor(state[1], _mix(state[0] + stream * _STREAM)))
     return first, _mix(first + _STREAM)
 
 
-def random_words(size: list, state: torch.Tensor, stream: int = 0) -> torch.Tensor:
+def random_words(size: list, state: torch.Tensor, stream: int | torch.Tensor = 0) -> torch.Tensor:
     """32 random bits (int32) per element of a tensor of `size`: a pure function of the state, the
-    element's row-major index and the stream (0, or 1 for a draw's independent second word)."""
+    element's row-major index and the stream (0, or 1 for a draw's independent second word). An int32
+    tensor of streams, shaped to broadcast in front of `size`, gives each stream's words at once."""
     count = 1
     for dim in size:
         count = count * dim
