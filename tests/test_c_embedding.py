@@ -1,7 +1,7 @@
 """Embedding bundles in C: the edge app on every sample and path, on x86 and on aarch64 under qemu.
 
-IREE's runtime is built once per machine (tests/c_build.py: `build/c-runtime/<cpu>/`, reused by the
-next session). Each bundle is exported for this CPU and for `llvm-cpu:aarch64-linux-gnu`, built
+IREE's runtime is built once per machine (tests/c_build.py: installed under a hash of its sources,
+reused by every checkout and session). Each bundle is exported for this CPU and for `llvm-cpu:aarch64-linux-gnu`, built
 into examples/edge_app against the installed package (`find_package(dycl_iree_runtime)`, as an
 application would) and run on every sample; outputs are compared with PyTorch, and the Python host
 records that the samples take every branch side and loop exit. The Python runtime (`host_runtime`)
