@@ -52,7 +52,10 @@ def test_zoo_model_matches_pytorch_on_every_path(name: str, zoo_bundles) -> None
     ]
     samples = ZOO[name].samples()
     for host in (["compiled"] if bundle.host == "compiled" else []) + ["python"]:
-        report = verify(model, samples, path, host=host, trace_example=example_inputs, name=name)
+        # The trace's mismatches are asserted once, below, on the last report: tracing and running the
+        # trace again for the compiled host's report changed nothing but the time.
+        trace = example_inputs if host == "python" else None
+        report = verify(model, samples, path, host=host, trace_example=trace, name=name)
         assert report.mismatched_samples == 0, report.format()
         assert not report.uncovered, report.format()
         assert report.labels_agree == report.labels_total
