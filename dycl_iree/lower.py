@@ -320,6 +320,23 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, de
         return exported.run_decompositions(decompositions)
 
 
+# The split of the last table: one lowering passes the same table for every segment, and the split
+# scans every registered op (0.3 s a segment; a fuzzer program of 43 segments spent 13 of its 58 s of
+# lowering there). Read and written under `_EXPORT_LOCK`; it keeps that table alive, and `is` tells it.
+_SPLIT: list[tuple[Any, dict, dict]] = []
+
+
+def _split_table(decompositions: Any, split: Callable) -> tuple[dict, dict]:
+    """(the table's composite ops, the rest of it), as `_split_decomp_table_to_cia_and_python_decomp`
+    gives them, the composite ops kept only where the table names them (`_export_in_one_trace`)."""
+    if not (_SPLIT and _SPLIT[0][0] is decompositions):
+        composite, table = split(dict(decompositions))
+        composite = {op: rewrite for op, rewrite in composite.items() if op in decompositions}
+        _SPLIT[:] = [(decompositions, composite, table)]
+    _, composite, table = _SPLIT[0]
+    return composite, dict(table)  # a copy: the trace gets a table of its own, as before
+
+
 def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
     """The segment exported and decomposed by one trace, or None where that fails (then the public
     two-step path, `torch.export.export` and `run_decompositions`, exports it and reports its errors).
@@ -355,8 +372,7 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     # decomposed, at a cost that took most of what the one trace saves (the early-exit ResNet-50,
     # lowering's CPU time, same process, alternating, busy machine: 14.5-16.2 s in two steps,
     # 15.1-15.4 in one with that, 11.2-13.8 without); the modules were the same without it (below).
-    composite, table = split(dict(decompositions))
-    composite = {op: rewrite for op, rewrite in composite.items() if op in decompositions}
+    composite, table = _split_table(decompositions, split)
     _trace._export_to_aten_ir = functools.partial(traced, decomp_table=table)
     try:
         with override(composite):
