@@ -38,6 +38,7 @@ from . import winograd
 from .decompositions import decomposition_table, depthwise_convolution_activated
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
+from .one_trace import OVERRIDE, split_table
 from .padded_expansion import Expansions, depthwise_convolution_of_padded, inside_mask
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
 from .specialize.schemas import overload_of, torch_dtype
@@ -75,6 +76,22 @@ def lower(
     # ExportedProgram lives until the end.
     exported_programs: list[Any] = []
     offsets = IntOffsets(program)
+    with _EXPORT_LOCK, OVERRIDE.kept():
+        _import_segments(program, only, progress, importer, constants, offsets, decompositions, exported_programs)
+    module = importer.module
+    return LoweredModule(module, context, _signatures(module))
+
+
+def _import_segments(
+    program: Program,
+    only: Sequence[str] | None,
+    progress: Callable[[str], None] | None,
+    importer: Any,
+    constants: dict,
+    offsets: IntOffsets,
+    decompositions: Any,
+    exported_programs: list[Any],
+) -> None:
     for segment in program.segments:
         if only is not None and segment.name not in only:
             continue
@@ -91,9 +108,8 @@ def lower(
         except UnsupportedOpError:
             raise
         except Exception as error:
+            OVERRIDE.release()  # what explains the error runs with torch's own kernels
             raise _explain(segment, error, exported) from error
-    module = importer.module
-    return LoweredModule(module, context, _signatures(module))
 
 
 def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any) -> Any:
@@ -299,7 +315,9 @@ def _is_concrete(value: Any) -> bool:
 # for the trace, and `torch.export.export` looks that function up at each call, so an export in
 # another thread during the swap would trace with this segment's table, and two swaps that overlap
 # would leave torch's module patched. Exports in this process take turns.
-_EXPORT_LOCK = threading.Lock()
+_EXPORT_LOCK = threading.RLock()  # re-entrant: `lower` holds it for all its segments
+
+
 
 
 def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
@@ -307,6 +325,7 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, de
         exported = _export_in_one_trace(graph_module, examples, dynamic, decompositions)
         if exported is not None:
             return exported
+        OVERRIDE.release()  # the two-step path overrides the composite ops itself, where it should
         try:
             exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
         except Exception:
@@ -318,23 +337,6 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, de
             ]
             exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
         return exported.run_decompositions(decompositions)
-
-
-# The split of the last table: one lowering passes the same table for every segment, and the split
-# scans every registered op (0.3 s a segment; a fuzzer program of 43 segments spent 13 of its 58 s of
-# lowering there). Read and written under `_EXPORT_LOCK`; it keeps that table alive, and `is` tells it.
-_SPLIT: list[tuple[Any, dict, dict]] = []
-
-
-def _split_table(decompositions: Any, split: Callable) -> tuple[dict, dict]:
-    """(the table's composite ops, the rest of it), as `_split_decomp_table_to_cia_and_python_decomp`
-    gives them, the composite ops kept only where the table names them (`_export_in_one_trace`)."""
-    if not (_SPLIT and _SPLIT[0][0] is decompositions):
-        composite, table = split(dict(decompositions))
-        composite = {op: rewrite for op, rewrite in composite.items() if op in decompositions}
-        _SPLIT[:] = [(decompositions, composite, table)]
-    _, composite, table = _SPLIT[0]
-    return composite, dict(table)  # a copy: the trace gets a table of its own, as before
 
 
 def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
@@ -372,10 +374,10 @@ def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: 
     # decomposed, at a cost that took most of what the one trace saves (the early-exit ResNet-50,
     # lowering's CPU time, same process, alternating, busy machine: 14.5-16.2 s in two steps,
     # 15.1-15.4 in one with that, 11.2-13.8 without); the modules were the same without it (below).
-    composite, table = _split_table(decompositions, split)
+    composite, table = split_table(decompositions, split)
     _trace._export_to_aten_ir = functools.partial(traced, decomp_table=table)
     try:
-        with override(composite):
+        with OVERRIDE.enter(override, composite):
             return export(graph_module, tuple(examples), None, tuple(dynamic), strict=False, pre_dispatch=False)
     except Exception:
         return None

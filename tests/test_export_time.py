@@ -276,3 +276,31 @@ def _check_both_sides(run, model: nn.Module) -> None:
     for x in (positive, -positive):  # both sides of the branch
         with torch.no_grad():
             torch.testing.assert_close(torch.as_tensor(run(x.numpy())), model(x), rtol=1e-5, atol=1e-5)
+
+
+def _composite_kernels() -> dict:
+    from dycl_iree.decompositions import decomposition_table
+
+    return {op: dict(op.py_kernels) for op in decomposition_table() if hasattr(op, "py_kernels")}
+
+
+def test_a_lowering_leaves_torchs_composite_kernels_as_it_found_them(monkeypatch) -> None:
+    """The override of the composite ops is kept across a lowering's segments (`one_trace`): it must
+    be gone after the lowering, and after one that fails, or later exports would trace with it."""
+    from dycl_iree.one_trace import OVERRIDE
+
+    torch.manual_seed(0)
+    model, example = _TwoConvolutions().eval(), (torch.randn(1, 3, 6, 6),)
+    before = _composite_kernels()
+    assert len(_program(model, example).segments) >= 2  # the override is kept from one to the next
+    dycl_iree.export(model, example)
+    assert OVERRIDE.stack is None and _composite_kernels() == before
+
+    def fail(*args, **kwargs):
+        assert OVERRIDE.stack is not None  # the one trace ran with the kept override
+        raise RuntimeError("a failure after the segment's trace")
+
+    monkeypatch.setattr(lower_stage, "_refuse_specialized_dims", fail)
+    with pytest.raises(Exception, match="a failure after the segment's trace"):
+        dycl_iree.export(model, example)
+    assert OVERRIDE.stack is None and _composite_kernels() == before
