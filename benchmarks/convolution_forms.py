@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |late-matmuls|late-matmuls-unpadded|ukernels]
+                   |late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -32,6 +32,9 @@ inverted-residuals`: both of these before (register tile from 64, padding copied
 reduction whole: `data_tiling.AVX2_MAX_ROWS` 196, `PADDED_STRIDE` and `REGISTER_TILE_BLOCKED_FROM`
 0) or as exported (the register tile from 48 rows over padded weights, deep reductions in blocks);
 `--compare late-matmuls-unpadded` adds the rule as exported without the padded weights.
+`--compare padded-weight-view`: the padded weights multiplied whole with the result sliced after
+the bias (`decompositions.PADDED_WEIGHT_VIEW` False, the form before) or read through a slice of
+their true columns, so that the ops after the matmul fuse into its dispatch (as exported).
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -132,6 +135,14 @@ COMPARISONS = {
         ],
         "register tile from 48 rows, reduction blocks, unpadded weights": (data_tiling, "PADDED_STRIDE", 0),
         "as exported (the same with padded weights)": (data_tiling, "PADDED_STRIDE", None),
+    },
+    "padded-weight-view": {
+        "padded weight multiplied whole, result sliced after the bias": (
+            decompositions,
+            "PADDED_WEIGHT_VIEW",
+            False,
+        ),
+        "as exported (padded weight read through a slice)": (decompositions, "PADDED_WEIGHT_VIEW", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),

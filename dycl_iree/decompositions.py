@@ -245,17 +245,32 @@ def pointwise_convolution_as_matmul(
 
 def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`rows @ matrix (+ bias)`; under the AVX2 matmul rule a weight whose rows lie a multiple of
-    2 KiB apart gets zero columns more (`data_tiling.padded_columns`: a constant IREE evaluates at
-    compile time), which the result drops after the bias."""
+    2 KiB apart is stored with zero columns more (`data_tiling.padded_columns`: a constant IREE
+    evaluates at compile time) and read through a slice of its true columns (`PADDED_WEIGHT_VIEW`)."""
     columns = matrix.shape[1]
     padded = data_tiling.padded_columns(rows.shape[0], columns) if cpu_features.avx2_matmul_rule() else columns
+    if padded != columns and PADDED_WEIGHT_VIEW:
+        stored = aten.constant_pad_nd(matrix, [0, padded - columns])
+        return _with_bias(aten.mm(rows, aten.slice(stored, 1, 0, columns)), bias)
     if padded != columns:
         matrix = aten.constant_pad_nd(matrix, [0, padded - columns])
         bias = aten.constant_pad_nd(bias, [0, padded - columns]) if bias is not None else None
-    out = aten.mm(rows, matrix)
-    if bias is not None:
-        out = out + bias
+    out = _with_bias(aten.mm(rows, matrix), bias)
     return aten.slice(out, 1, 0, columns) if padded != columns else out
+
+
+def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return out + bias if bias is not None else out
+
+
+# Whether a padded weight (`data_tiling.padded_columns`) is read through a slice of its true
+# columns, rather than multiplied whole with its result sliced after the bias. IREE 3.13 clones the
+# weight's slice into the matmul's dispatch (a load of 2048 of the stored 2064 columns: the rows stay
+# 2064 floats apart, so the L1 sets stay apart too) and keeps the slice out of constant evaluation,
+# while a slice of the matmul's result keeps every element-wise op after it out of the matmul's
+# dispatch (Known traps): a 2048 -> 512 -> 2048 bottleneck with its residual ran 5 dispatches with
+# the result sliced, 3 with the weight sliced (the bias, residual add and ReLU in the matmul's).
+PADDED_WEIGHT_VIEW = True
 
 
 # Whether the taps' weights are divided by their channel's largest magnitude and the sum multiplied

@@ -114,8 +114,17 @@ def test_avx2_data_tiles_the_matmuls_of_few_rows_with_their_weight_unpadded(monk
 
 
 def _configuration_lines(configurations: str, operand: str) -> list[str]:
-    """The lines of `linalg.matmul`s that read an operand of this shape (`512x2064xf32`)."""
+    """The lines of `linalg.matmul`s that read an operand of this shape (`512x2048xf32`)."""
     return [line for line in configurations.splitlines() if "linalg.matmul" in line and operand in line]
+
+
+def _padded_weight_dispatches(configurations: str, weight: str, stored_columns: int) -> list[str]:
+    """The dispatches (their executables' text) that read a `weight` (`512x2048xf32`) from a buffer
+    of `stored_columns` columns: a padded weight read through a slice of its true columns."""
+    rows, columns = weight.removesuffix("xf32").split("x")
+    view = f"to memref<{weight}, strided<[{stored_columns}, 1]"  # then ">" or ", offset: ?>"
+    executables = configurations.split("hal.executable private @")[1:]
+    return [text for text in executables if view in text and f"memref<{rows}x{stored_columns}xf32" in text]
 
 
 def test_avx2_tiles_late_matmuls_six_by_sixteen_over_padded_weights_and_blocks_deep_reductions(
@@ -127,10 +136,11 @@ def test_avx2_tiles_late_matmuls_six_by_sixteen_over_padded_weights_and_blocks_d
     _set_cpu(monkeypatch, False, True)
     torch.manual_seed(0)
     configurations = _compiled(WideAndNarrow().eval(), (torch.randn(1, 512, 7, 7),), "executable-configurations")
-    wide = _configuration_lines(configurations, "512x2064xf32")
+    wide = _configuration_lines(configurations, "512x2048xf32")
     narrow = _configuration_lines(configurations, "2048x64xf32")
     assert wide and narrow, configurations
-    assert not _configuration_lines(configurations, "512x2048xf32")
+    assert _padded_weight_dispatches(configurations, "512x2048xf32", 2064), configurations
+    assert "memref<512x2048xf32, #hal" not in configurations  # never read unpadded
     assert all("vector_common_parallel = [6, 16, 0]" in line for line in wide + narrow), wide + narrow
     assert all("cache_reduction" not in line for line in wide), wide
     assert all("cache_reduction = [0, 0, 256]" in line for line in narrow), narrow
@@ -150,7 +160,8 @@ def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx
         assert all("vector_common_parallel = [6, 16, 0]" not in line for line in small)
         assert _configuration_lines(configurations, "256x1024xf32")
     else:
-        expand = _configuration_lines(configurations, "256x1040xf32")  # rows 4 KiB apart: padded
+        expand = _configuration_lines(configurations, "256x1024xf32")
+        assert _padded_weight_dispatches(configurations, "256x1024xf32", 1040)  # rows 4 KiB apart: padded
         assert expand, configurations
         assert all("vector_common_parallel = [6, 16, 0]" in line for line in small + expand), small + expand
 
@@ -191,8 +202,13 @@ def test_an_avx2_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
     assert bundle.host == "compiled"
     assert "--iree-opt-data-tiling" in json.dumps(bundle.manifest)
     configurations = _compiled(model, examples, "executable-configurations")
-    for operand in ("256x1040xf32", "512x2064xf32", "2048x528xf32", "1152x528xf32"):
-        assert _configuration_lines(configurations, operand), operand  # every padded weight
+    padded = {"256x1024xf32": 1040, "512x2048xf32": 2064, "2048x512xf32": 528, "1152x512xf32": 528}
+    for weight, stored_columns in padded.items():
+        # Every padded weight is read through a slice, so that the bias, the ReLU or the residual add
+        # after its matmul run in the matmul's dispatch (no slice of the result keeps them out).
+        dispatches = _padded_weight_dispatches(configurations, weight, stored_columns)
+        assert len(dispatches) == 1, (weight, len(dispatches))
+        assert "linalg.generic" in dispatches[0] and "linalg.matmul" in dispatches[0], dispatches[0]
     run = dycl_iree.load(bundle.save(tmp_path / "late.dycl"))
     with torch.no_grad():
         wants = model(*examples)
