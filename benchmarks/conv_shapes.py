@@ -46,6 +46,9 @@ the machine is shared, and wall time counts the other jobs too):
   reduction whole (or in cache blocks of that depth); `AVX2 padded from 256 columns`: weights
   padded from rows 1 KiB apart; `AVX2 workgroups of 32` / `128` / `256 columns`: the register
   tile's workgroups that wide (`data_tiling.REGISTER_TILE_WORKGROUP_COLUMNS`; 64 as exported);
+  `AVX2 padded weights, result sliced` (`AVX2 im2col, result sliced`): a padded weight multiplied
+  whole and its result sliced after the bias (`decompositions.PADDED_WEIGHT_VIEW` False, the form
+  before; as exported the weight is read through a slice and the ReLU fuses into the matmul);
 - `AVX2 IREE depthwise`: depthwise convolutions left to IREE (`decompositions.depthwise_as_taps`
   patched to False), which runs them in NCHW; `AVX2 taps + padding fused`: the taps with
   `--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops`; `AVX2 taps + NHWC
@@ -214,7 +217,9 @@ class Variant(NamedTuple):
     whether the exporter applies a depthwise convolution's activation on the taps' NHWC side
     (`lower._activated_depthwise`; False: after their transpose, the form before), and the AVX2
     rule's register tile (`register_tile`: least depth and columns, rows, columns; None: the rule's
-    own, `data_tiling.REGISTER_TILE_MIN_SIZE` and `REGISTER_TILE`)."""
+    own, `data_tiling.REGISTER_TILE_MIN_SIZE` and `REGISTER_TILE`), and whether a padded weight is
+    read through a slice (`decompositions.PADDED_WEIGHT_VIEW`; False: its result sliced, the form
+    before)."""
 
     flags: list[str]
     avx512: bool
@@ -228,6 +233,7 @@ class Variant(NamedTuple):
     scaled_taps: bool = True
     register_tile: tuple[int, int, int] | None = None
     rule: tuple[tuple[str, int], ...] = ()
+    weight_view: bool = True
 
 
 def _variants() -> dict[str, Variant]:
@@ -300,6 +306,8 @@ def _variants() -> dict[str, Variant]:
             for depth in (64, 128, 256, 512)
         },
         "AVX2 padded from 256 columns": Variant(avx2, False, True, None, rule=(("PADDED_STRIDE", 256),)),
+        "AVX2 padded weights, result sliced": Variant(avx2, False, True, None, weight_view=False),
+        "AVX2 im2col, result sliced": Variant(avx2, False, False, 0, weight_view=False),
         **{
             f"AVX2 workgroups of {columns} columns": Variant(
                 avx2, False, True, None, rule=(("REGISTER_TILE_WORKGROUP_COLUMNS", columns),)
@@ -347,7 +355,9 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         winograd.output_tile = lambda *shape: variant.tile
     decompositions.depthwise_as_taps = lambda *shape: variant.taps
     saved_activated, saved_scaled = lower._activated_depthwise, decompositions.SCALED_TAPS
+    saved_view = decompositions.PADDED_WEIGHT_VIEW
     decompositions.SCALED_TAPS = variant.scaled_taps
+    decompositions.PADDED_WEIGHT_VIEW = variant.weight_view
     saved_register = data_tiling.REGISTER_TILE_MIN_SIZE, data_tiling.REGISTER_TILE
     if variant.register_tile is not None:
         data_tiling.REGISTER_TILE_MIN_SIZE, *tile = variant.register_tile
@@ -367,6 +377,7 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         decompositions.depthwise_as_taps = saved_taps
         lower._activated_depthwise = saved_activated
         decompositions.SCALED_TAPS = saved_scaled
+        decompositions.PADDED_WEIGHT_VIEW = saved_view
         data_tiling.REGISTER_TILE_MIN_SIZE, data_tiling.REGISTER_TILE = saved_register
         for name, value in saved_rule.items():
             setattr(data_tiling, name, value)
