@@ -32,9 +32,11 @@ inverted-residuals`: both of these before (register tile from 64, padding copied
 reduction whole: `data_tiling.AVX2_MAX_ROWS` 196, `PADDED_STRIDE` and `REGISTER_TILE_BLOCKED_FROM`
 0) or as exported (the register tile from 48 rows over padded weights, deep reductions in blocks);
 `--compare late-matmuls-unpadded` adds the rule as exported without the padded weights.
-`--compare padded-weight-view`: the padded weights multiplied whole with the result sliced after
-the bias (`decompositions.PADDED_WEIGHT_VIEW` False, the form before) or read through a slice of
-their true columns, so that the ops after the matmul fuse into its dispatch (as exported).
+`--compare padded-weight-view`: weights padded from rows 2 KiB apart multiplied whole with the
+result sliced after the bias (`decompositions.PADDED_WEIGHT_VIEW` False, `data_tiling.PADDED_STRIDE`
+512: the form before), the same weights read through a slice of their true columns, so that the
+ops after the matmul fuse into its dispatch, and that with weights padded from rows 1 KiB apart
+(as exported).
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -137,12 +139,12 @@ COMPARISONS = {
         "as exported (the same with padded weights)": (data_tiling, "PADDED_STRIDE", None),
     },
     "padded-weight-view": {
-        "padded weight multiplied whole, result sliced after the bias": (
-            decompositions,
-            "PADDED_WEIGHT_VIEW",
-            False,
-        ),
-        "as exported (padded weight read through a slice)": (decompositions, "PADDED_WEIGHT_VIEW", None),
+        "weights padded from rows 2 KiB apart, multiplied whole, result sliced after the bias (before)": [
+            (decompositions, "PADDED_WEIGHT_VIEW", False),
+            (data_tiling, "PADDED_STRIDE", 512),
+        ],
+        "the same weights read through a slice": (data_tiling, "PADDED_STRIDE", 512),
+        "as exported (padded from rows 1 KiB apart, read through a slice)": (data_tiling, "PADDED_STRIDE", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),

@@ -91,11 +91,15 @@ AVX2_MAX_ROWS = 47
 # (49x2048 by 2048x512: 37.6 -> 44-47 GFLOP/s). 0: never blocked.
 REGISTER_TILE_BLOCKED_FROM = 1024
 REGISTER_TILE_DEPTH = 256
-# With AVX2 the exporter stores a matmul weight whose rows lie a multiple of this many floats (2 KiB)
-# apart with 16 zero columns more (`padded_columns`), and drops them from the result: the rows then
-# fall in different L1 sets, and the register tile over the padded weight beats data tiling
-# (49x512 by 512x2048: 45.5 -> 64.3 GFLOP/s, data-tiled 61.9). 0: never padded.
-PADDED_STRIDE = 512
+# With AVX2 the exporter stores a matmul weight whose rows lie a multiple of this many floats (1 KiB)
+# apart with 16 zero columns more (`padded_columns`), and reads its true columns through a slice
+# (`decompositions.PADDED_WEIGHT_VIEW`): the rows then fall in different L1 sets, and the register
+# tile over the padded weight beats data tiling (49x512 by 512x2048: 45.5 -> 64.3 GFLOP/s,
+# data-tiled 61.9). From rows 2 KiB apart it was, while the result was sliced instead (a copy, and
+# the epilogue out of the matmul's dispatch); read through a slice, rows 1 KiB apart gain too
+# (196x1024 by 1024x256 53.5 -> 58.6 GFLOP/s, 784x512 by 512x256 62.5 -> 67.3, 3136x64 by 64x256
+# 50.2 -> 52.4, MobileNetV2's 49x320 by 320x1280 53.5 -> 59.1; README). 0: never padded.
+PADDED_STRIDE = 256
 PADDING = 16  # one register tile's columns
 
 
@@ -104,8 +108,8 @@ def padded_columns(rows: object, columns: int) -> int:
     matmul of `rows` rows (a static size from the register tile's least rows up: those with fewer,
     or a size known only at run time, keep IREE's tiles or are data-tiled, and read it as it is).
 
-    >>> padded_columns(49, 2048), padded_columns(49, 1000), padded_columns(1, 2048)
-    (2064, 1000, 2048)
+    >>> padded_columns(49, 2048), padded_columns(196, 256), padded_columns(49, 1000), padded_columns(1, 2048)
+    (2064, 272, 1000, 2048)
     """
     least_rows = min(REGISTER_TILE_ROWS["linalg.matmul"])[0]
     if PADDED_STRIDE and isinstance(rows, int) and rows >= least_rows and columns % PADDED_STRIDE == 0:

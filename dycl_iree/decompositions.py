@@ -245,7 +245,7 @@ def pointwise_convolution_as_matmul(
 
 def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`rows @ matrix (+ bias)`; under the AVX2 matmul rule a weight whose rows lie a multiple of
-    2 KiB apart is stored with zero columns more (`data_tiling.padded_columns`: a constant IREE
+    1 KiB apart is stored with zero columns more (`data_tiling.padded_columns`: a constant IREE
     evaluates at compile time) and read through a slice of its true columns (`PADDED_WEIGHT_VIEW`)."""
     columns = matrix.shape[1]
     padded = data_tiling.padded_columns(rows.shape[0], columns) if cpu_features.avx2_matmul_rule() else columns
