@@ -235,7 +235,8 @@ class ControlFlow:
             for ts_param, entry in zip(body.inputs(), [Constant(index), *entries]):
                 self.bind(ts_param, entry)
             try:
-                self.visit_nodes(body.nodes())
+                with self.at_iteration(index):
+                    self.visit_nodes(body.nodes())
             except DyclError:
                 # Visited as a loop (index and carried values known only at run time), the body
                 # may still export: the loop's own path decides.
@@ -336,7 +337,8 @@ class ControlFlow:
             entries = mark_shared([initial], unflatten_entries(structure, params))
             for ts_value, entry in zip(mutated, entries[len(carried) :]):
                 self.bind(ts_value, entry)
-            body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
+            with self.at_iteration(index_hint):
+                body_nodes, results, raised = self.sub_block(body, [index] + entries[: len(carried)], mutated)
             self.env = saved_env
             if raised:
                 raise SpecializeError(f"a loop body that always raises ({source})")
@@ -403,10 +405,12 @@ class ControlFlow:
         initial_leaves, result_leaves = [initial_leaves[k] for k in kept], [result_leaves[k] for k in kept]
         # A slot the body leaves unset (an Optional that an iteration does not set) keeps its value.
         result_leaves = [param if _unset(leaf) else leaf for leaf, param in zip(result_leaves, params)]
-        outputs = tuple(
-            self.new_value(_after_trips(t, first, param, last, trips), "c")
+        after = [
+            _after_trips(t, first, param, last, trips)
             for t, first, param, last in zip(types, initial_leaves, params, result_leaves)
-        )
+        ]
+        after = self.observed_after_loop(node, [*ts_outputs, *mutated], initial, kept, after)
+        outputs = tuple(self.new_value(t, "c") for t in after)
         # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
         body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
         # What the loop carries uninitialized (the value of a `return` inside it, until it returns)

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ScalarType, Value
+from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
 from .schemas import overload_of
 from .values import is_none, real_value, tensor_type_of, walk_args
 
@@ -201,3 +201,51 @@ class Selections:
         if values_type.rank <= trailing:
             return False
         return not (None not in values_type.shape and math.prod(values_type.shape) == 1)
+
+    def narrow_to_static(self, values_in: list[Value], args: list, source: str) -> dict[Value, Value]:
+        """The op's tensors whose dynamic dims broadcast against a static size, each narrowed to it
+        after a host check that it has that size (empty if there are none).
+
+        A size read from data meets a size fixed at export: Tacotron2's padding mask,
+        `torch.arange(0, lengths.max().item())`, against the attention scores of the `T` encoder
+        steps in `alignment.masked_fill(mask, -inf)`. The meta run at the example hints fails to
+        broadcast them, and PyTorch raises at run time unless they agree: so the host checks that
+        the dim has the static size, and a `narrow` to that size (the tensor itself, once checked)
+        gives the op a static operand, which torch.export broadcasts without fixing the dynamic
+        dim to the example's size. A dynamic dim of 1, which PyTorch would also broadcast, is
+        refused by that check with PyTorch's message.
+        """
+        tensors = [tensor_type_of(arg) for arg in walk_args(args) if tensor_type_of(arg) is not None]
+        narrowed: dict[Value, Value] = {}
+        for value in dict.fromkeys(values_in):
+            type_ = value.type
+            if not isinstance(type_, TensorType):
+                continue
+            current = value
+            for dim, size in enumerate(type_.shape):
+                from_right = type_.rank - dim
+                static = {
+                    other.shape[other.rank - from_right]
+                    for other in tensors
+                    if other.rank >= from_right and other.shape[other.rank - from_right] not in (None, 1)
+                }
+                if size is not None or len(static) != 1:
+                    continue
+                (expected,) = static
+                read = self.size_of(value, dim, source)
+                message = (
+                    f"RuntimeError: The size of tensor a must match the size of tensor b ({expected}) at "
+                    f"non-singleton dimension {dim}: a size read from data meets one fixed at export ({source})"
+                )
+                check = (read, Constant(expected), Constant(expected + 1), Constant(message))
+                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
+                # Typed here: a meta run at the example hint would find the dim too short.
+                shape = tuple(expected if d == dim else s for d, s in enumerate(current.type.shape))
+                hint = tuple(expected if d == dim else h for d, h in enumerate(current.type.hint))
+                narrowed_value = self.new_value(TensorType(type_.dtype, shape, hint), value.name)
+                args_ = (current, Constant(dim), Constant(0), Constant(expected))
+                self.nodes.append(TensorOp("aten::narrow.default", args_, (), (narrowed_value,), source))
+                current = narrowed_value
+            if current is not value:
+                narrowed[value] = current
+        return narrowed

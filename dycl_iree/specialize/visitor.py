@@ -35,7 +35,6 @@ import torch
 
 from ..capture import CapturedModel
 from ..errors import DyclError, SpecializeError, UnsupportedOpError
-from ..guards import CHECK_INDEX
 from ..program import (
     Block,
     Constant,
@@ -55,6 +54,7 @@ from .control import ControlFlow
 from .host_ops import SYNC_OPS, HostScalars
 from .list_tensors import ListTensors
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
+from .observed import ObservedSizes
 from .packed import PackedSequences
 from .ragged_lists import RaggedLists, concatenation_dims, list_concatenation_dims
 from .recurrent import RECURRENT_OPS, check_weights, layers_graph, time_dim_is_dynamic
@@ -122,6 +122,7 @@ class _Specializer(
     PackedSequences,
     Selections,
     ListTensors,
+    ObservedSizes,
 ):
     """The abstract interpreter: an environment from TorchScript values to entries, and the Program's
     nodes so far. Control flow, structured values (Optionals, dicts, NamedTuples, objects), lists of
@@ -340,6 +341,7 @@ class _Specializer(
         The graph's values are numbered apart from the model's, so it gets its own environment."""
         saved = (self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists, self.list_dims)
         self.env, self.views, self.unlinked_views, self.inner_lists = {}, {}, set(), {}
+        loop_indices, self.loop_indices = self.loop_indices, None  # the observed run is the model's graph's
         self.mutated_lists = collect_mutated_lists(graph)
         self.list_dims = list_concatenation_dims(graph)
         try:
@@ -350,6 +352,7 @@ class _Specializer(
             return self.entry(next(graph.outputs()))
         finally:
             self.env, self.views, self.unlinked_views, self.mutated_lists, self.inner_lists, self.list_dims = saved
+            self.loop_indices = loop_indices
 
     def visit_uninitialized(self, node: torch._C.Node) -> None:
         self.bind(node.output(), Constant(UNINITIALIZED))
@@ -504,7 +507,8 @@ class _Specializer(
             name = value_name(outputs_ts[0]) if returns == "single" else "t"
             outputs = self.emit_selection(target, args, kwargs, source, name)
             if outputs is None:
-                outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+                observed = outputs_ts if returns != "list" else None
+                outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name, observed)
             self._bind_results(outputs_ts, returns, outputs, fold=False)
         if mutated_input is not None:
             # The result is the mutated tensor's new value, and that of every tensor it views.
@@ -525,9 +529,17 @@ class _Specializer(
                 self.unlinked_views.update(walk_args(self.entry(output) for output in outputs_ts))
 
     def emit_tensor_op(
-        self, overload: Any, args: list, kwargs: list, source: str, returns: str = "single", name: str = "t"
+        self,
+        overload: Any,
+        args: list,
+        kwargs: list,
+        source: str,
+        returns: str = "single",
+        name: str = "t",
+        observed: list | None = None,
     ) -> list[Value]:
-        """Append a TensorOp; its result types come from meta runs at the example sizes and perturbed."""
+        """Append a TensorOp; its result types come from meta runs at the example sizes and perturbed,
+        its hints from the observed run of the model's values `observed` where a hint was raised."""
         target = f"{overload._schema.name}.{overload._overloadname}"
         values_in = [e for e in walk_args(args + [a for _, a in kwargs]) if isinstance(e, Value)]
         try:
@@ -540,7 +552,7 @@ class _Specializer(
                 raise
             args = [_substitute(arg, narrowed) for arg in args]
             kwargs = [(key, _substitute(arg, narrowed)) for key, arg in kwargs]
-            return self.emit_tensor_op(overload, args, kwargs, source, returns, name)
+            return self.emit_tensor_op(overload, args, kwargs, source, returns, name, observed)
         results_a = result_tensors(meta_a, returns)
         perturbed: list[list[tuple]] = []
         if any(is_dynamic(v) for v in values_in):
@@ -567,6 +579,7 @@ class _Specializer(
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
             self.raised_hints += sum(1 for d, s in zip(shape_a, shape) if s is None and d < 2)
+            hint = self.observed_hint(observed[position] if observed else None, shape, hint)
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
         if target == "aten::cat.default" and _static_empty(outputs[0].type):
             # torch-mlir drops a cat's empty inputs, and iree-compile then refuses a concat of none
@@ -582,54 +595,6 @@ class _Specializer(
                 if isinstance(item, Value):
                     self.dim_sources[(outputs[0], dim)] = item
         return outputs
-
-    def narrow_to_static(self, values_in: list[Value], args: list, source: str) -> dict[Value, Value]:
-        """The op's tensors whose dynamic dims broadcast against a static size, each narrowed to it
-        after a host check that it has that size (empty if there are none).
-
-        A size read from data meets a size fixed at export: Tacotron2's padding mask,
-        `torch.arange(0, lengths.max().item())`, against the attention scores of the `T` encoder
-        steps in `alignment.masked_fill(mask, -inf)`. The meta run at the example hints fails to
-        broadcast them, and PyTorch raises at run time unless they agree: so the host checks that
-        the dim has the static size, and a `narrow` to that size (the tensor itself, once checked)
-        gives the op a static operand, which torch.export broadcasts without fixing the dynamic
-        dim to the example's size. A dynamic dim of 1, which PyTorch would also broadcast, is
-        refused by that check with PyTorch's message.
-        """
-        tensors = [tensor_type_of(arg) for arg in walk_args(args) if tensor_type_of(arg) is not None]
-        narrowed: dict[Value, Value] = {}
-        for value in dict.fromkeys(values_in):
-            type_ = value.type
-            if not isinstance(type_, TensorType):
-                continue
-            current = value
-            for dim, size in enumerate(type_.shape):
-                from_right = type_.rank - dim
-                static = {
-                    other.shape[other.rank - from_right]
-                    for other in tensors
-                    if other.rank >= from_right and other.shape[other.rank - from_right] not in (None, 1)
-                }
-                if size is not None or len(static) != 1:
-                    continue
-                (expected,) = static
-                read = self.size_of(value, dim, source)
-                message = (
-                    f"RuntimeError: The size of tensor a must match the size of tensor b ({expected}) at "
-                    f"non-singleton dimension {dim}: a size read from data meets one fixed at export ({source})"
-                )
-                check = (read, Constant(expected), Constant(expected + 1), Constant(message))
-                self.nodes.append(HostOp(CHECK_INDEX, check, (), source))
-                # Typed here: a meta run at the example hint would find the dim too short.
-                shape = tuple(expected if d == dim else s for d, s in enumerate(current.type.shape))
-                hint = tuple(expected if d == dim else h for d, h in enumerate(current.type.hint))
-                narrowed_value = self.new_value(TensorType(type_.dtype, shape, hint), value.name)
-                args_ = (current, Constant(dim), Constant(0), Constant(expected))
-                self.nodes.append(TensorOp("aten::narrow.default", args_, (), (narrowed_value,), source))
-                current = narrowed_value
-            if current is not value:
-                narrowed[value] = current
-        return narrowed
 
     def bind_constants(self, node: torch._C.Node, result: Any) -> None:
         """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
@@ -695,6 +660,7 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
     """Type the captured graph by the example inputs and fold what the types decide."""
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
+    spec.observe_at(tuple(example_inputs), types)
     ts_inputs = list(captured.graph.inputs())[1:]
     bound = [Constant(None) if t is None else spec.new_value(t, name) for t, name in zip(types, captured.input_names)]
     for ts_value, entry in zip(ts_inputs, bound):

@@ -1,0 +1,132 @@
+"""Hints taken from one run of the model at its example inputs (`specialize/observed.py`).
+
+Emformer builds its attention mask one segment at a time: each block is `torch.cat` of column
+groups whose widths are differences of ints made from the loop's index, and one group (the memory,
+`seg_idx - m_start` with none kept) is empty at every segment. A dynamic dim of example 0 is typed
+with the example 2, so each block was typed 2 columns wider than the frames, and the joined mask
+failed to meet the attention scores in `masked_fill`, at every example of the loop's index. With
+the sizes of one run as hints, the blocks are as wide as the frames, and the joined mask as long as
+the frames also where the last segment is shorter than the others (an odd number of frames).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import List
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import dycl_iree
+from dycl_iree.capture import capture
+from dycl_iree.partition import partition
+from dycl_iree.program import TensorType, format_program
+from dycl_iree.specialize import observed, specialize
+from tests.conftest import check_hosts, check_hosts_raise, export_compiled
+
+
+class _SegmentMask(nn.Module):
+    """Emformer's mask, cut down: per segment of 2 frames, its rows see the memory (empty: none is
+    kept) and their own segment; the blocks joined are T by T and mask the frames' scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segment_length = 2
+        self.max_memory_size = 0
+
+    def mask(self, x: Tensor) -> Tensor:
+        T = x.size(0)
+        blocks: List[Tensor] = []  # noqa: UP006  (TorchScript's spelling in most models)
+        for seg_idx in range(math.ceil(T / self.segment_length)):
+            m_start = max(seg_idx - self.max_memory_size, 0)
+            seg_start = seg_idx * self.segment_length
+            seg_end = min((seg_idx + 1) * self.segment_length, T)
+            widths = [seg_idx - m_start, seg_start, seg_end - seg_start, T - seg_end]
+            seen = [True, False, True, False]
+            rows = seg_end - seg_start
+            parts = [torch.ones(rows, w) if s else torch.zeros(rows, w) for w, s in zip(widths, seen)]
+            blocks.append(torch.cat(parts, 1))
+        return (1 - torch.cat(blocks)).to(torch.bool)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scores = x @ x.t()
+        return torch.softmax(scores.masked_fill(self.mask(x), -1e8), -1) @ x
+
+
+class _MaskOnly(_SegmentMask):
+    """The mask and the frames' scores apart: typed without the observed run too."""
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mask(x), x @ x.t()
+
+
+@pytest.mark.parametrize("frames", [6, 5])
+def test_a_mask_joined_from_column_groups_empty_at_every_segment_meets_the_scores(tmp_path, frames: int) -> None:
+    generator = torch.Generator().manual_seed(frames)
+    example = torch.randn(frames, 4, generator=generator)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _SegmentMask(), (example,), f"mask{frames}", dynamic_shapes=({0: "T"},)
+    )
+    # Odd numbers of frames: the last segment is one frame, the others two.
+    for length in (1, 2, 3, 4, 5, 6, 7, 9):
+        check_hosts(scripted, [compiled, python], (torch.randn(length, 4, generator=generator),))
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {1, 2, 3, 5} <= trips, python.trip_counts
+    # No frame: no segment, and `torch.cat` of no blocks raises as PyTorch does.
+    check_hosts_raise(scripted, [compiled, python], (torch.randn(0, 4),), "expected a non-empty list")
+
+
+def test_without_the_observed_run_the_mask_is_refused_where_it_meets_the_scores(monkeypatch) -> None:
+    monkeypatch.setattr(observed, "observe", lambda captured, example_inputs: {})
+    message = r"cannot lower aten::masked_fill\.Scalar .* broadcastable to \[6, 10\]"
+    with pytest.raises(dycl_iree.DyclError, match=message):
+        dycl_iree.export(_SegmentMask(), (torch.randn(6, 4),), dynamic_shapes=({0: "T"},))
+
+
+def _program(monkeypatch, observe) -> object:
+    monkeypatch.setattr(observed, "observe", observe)
+    captured = capture(_MaskOnly())
+    return partition(specialize(captured, (torch.randn(5, 4),), ({0: "T"},)))
+
+
+def test_the_observed_run_changes_hints_only(monkeypatch) -> None:
+    real = observed.observe
+    seen = _program(monkeypatch, real)
+    unseen = _program(monkeypatch, lambda captured, example_inputs: {})
+    # The same ops, values and types (which dims are dynamic); only the example sizes differ.
+    assert format_program(seen) == format_program(unseen)
+    hints = [[p.type.hint for p in s.params if isinstance(p.type, TensorType)] for s in seen.segments]
+    unseen_hints = [[p.type.hint for p in s.params if isinstance(p.type, TensorType)] for s in unseen.segments]
+    assert hints != unseen_hints
+    # The joined mask, typed 6 by 9 by the raised hints (each block's empty column groups 2 wide,
+    # three segments of 2 rows), is hinted 5 by 5: the sizes of the run.
+    assert (5, 5) in _dynamic_matrices(seen), _dynamic_matrices(seen)
+    assert (5, 5) not in _dynamic_matrices(unseen) and (6, 9) in _dynamic_matrices(unseen)
+
+
+def _dynamic_matrices(program) -> set:
+    """The hints of the float matrices, dynamic in both dims, that the segments take."""
+    types = [p.type for s in program.segments for p in s.params if isinstance(p.type, TensorType)]
+    return {t.hint for t in types if t.dtype == "float32" and t.shape == (None, None)}
+
+
+def test_sizes_that_are_not_the_runs_are_refused_not_wrong(tmp_path, monkeypatch) -> None:
+    """A hint is only an example: observed sizes that do not agree (each one larger) must make the
+    export fail, or give PyTorch's results; never a bundle that computes something else."""
+    real = observed.observe
+
+    def wrong(captured, example_inputs):
+        return {key: _larger(sizes) for key, sizes in real(captured, example_inputs).items()}
+
+    monkeypatch.setattr(observed, "observe", wrong)
+    with pytest.raises(dycl_iree.DyclError, match=re.escape("masked_fill")):
+        dycl_iree.export(_SegmentMask(), (torch.randn(6, 4),), dynamic_shapes=({0: "T"},))
+
+
+def _larger(sizes: tuple) -> tuple:
+    if sizes and isinstance(sizes[0], tuple):  # a list's tensors
+        return tuple(_larger(item) for item in sizes)
+    return tuple(size + 1 for size in sizes)
+
