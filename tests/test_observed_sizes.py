@@ -130,3 +130,36 @@ def _larger(sizes: tuple) -> tuple:
         return tuple(_larger(item) for item in sizes)
     return tuple(size + 1 for size in sizes)
 
+
+class _EmptyRightContext(nn.Module):
+    """Emformer with a right context of length 0, over a number of segments known at run time: its
+    right-context frames (a block of 0 frames per segment, stacked) and its mask's right-context
+    rows (0 rows per segment, as wide as the utterance) are empty. torch-mlir crashed on the first
+    (SIGFPE in ConvertTorchToLinalg: `view` of [?, 0, 8] to [0, 8]) and dropped every input of the
+    second's `cat` (iree-compile: "'tensor.concat' op requires at least one input")."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.shape[0]
+        num_segs = math.ceil(T / 2)
+        context: List[Tensor] = []  # noqa: UP006
+        rows: List[Tensor] = []  # noqa: UP006
+        for seg_idx in range(num_segs - 1):
+            start = (seg_idx + 1) * 2
+            context.append(x[start:start])
+            rows.append(torch.zeros(0, T))
+        context.append(x[T:])
+        rows.append(torch.zeros(0, T))
+        right_context, mask_rows = torch.cat(context), torch.cat(rows)
+        return torch.cat([right_context, x]) * 2.0 + mask_rows.sum(0).unsqueeze(1).unsqueeze(2)
+
+
+def test_empty_right_context_blocks_over_a_run_time_number_of_segments(tmp_path) -> None:
+    generator = torch.Generator().manual_seed(1)
+    example = torch.randn(6, 1, 8, generator=generator)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _EmptyRightContext(), (example,), "context", dynamic_shapes=({0: "T"},)
+    )
+    for length in (1, 2, 3, 5, 6, 9):
+        check_hosts(scripted, [compiled, python], (torch.randn(length, 1, 8, generator=generator),))
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {0, 1, 4} <= trips, python.trip_counts

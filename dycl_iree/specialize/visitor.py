@@ -581,12 +581,18 @@ class _Specializer(
             self.raised_hints += sum(1 for d, s in zip(shape_a, shape) if s is None and d < 2)
             hint = self.observed_hint(observed[position] if observed else None, shape, hint)
             outputs.append(self.new_value(TensorType(dtype_name(tensor.dtype), shape, hint), name))
-        if target == "aten::cat.default" and _static_empty(outputs[0].type):
+        if target in _EMPTY_MADE_HERE and _static_empty(outputs[0].type):
             # torch-mlir drops a cat's empty inputs, and iree-compile then refuses a concat of none
             # ("'tensor.concat' op requires at least one input"): Emformer's right context of
-            # length 0. An empty result of static shape holds nothing but its shape: made so here.
+            # length 0; and a flatten of [?, 0, ...] (that context's blocks stacked, over a run-time
+            # number of segments) crashed ConvertTorchToLinalg with SIGFPE. An empty result of
+            # static shape holds nothing but its shape: made so here.
             empty = torch.zeros(outputs[0].type.shape, dtype=torch_dtype(outputs[0].type.dtype))
             target, args, kwargs = "aten::clone.default", [Constant(empty)], []
+        elif target == "aten::cat.default" and (first := _empty_along(args)) is not None:
+            # The same, where the other dims are known only at run time (Emformer's right-context
+            # rows of its mask, 0 by the utterance's length): the first input has the result's shape.
+            target, args, kwargs = "aten::clone.default", [first], []
         self.nodes.append(TensorOp(target, tuple(args), tuple(kwargs), tuple(outputs), source, returns))
         arguments = overload._schema.arguments
         if arguments and arguments[0].name == "size" and args and isinstance(args[0], ListArg):
@@ -727,6 +733,21 @@ _HANDLERS = {
     **STRUCTURED_HANDLERS,
     **{kind: _Specializer.visit_recurrent for kind in RECURRENT_OPS},
 }
+
+
+_EMPTY_MADE_HERE = ("aten::cat.default", "aten::flatten.using_ints")
+
+
+def _empty_along(args: list) -> Value | None:
+    """The first tensor of `aten::cat(tensors, dim)` where every one is empty along `dim` (static 0)."""
+    tensors, dim = (args + [Constant(0)])[:2]
+    if not isinstance(tensors, ListArg) or not isinstance(dim, Constant) or not tensors.items:
+        return None
+    types = [tensor_type_of(item) for item in tensors.items]
+    if any(t is None or not t.rank or t.shape[dim.value % t.rank] != 0 for t in types):
+        return None
+    first = tensors.items[0]
+    return first if isinstance(first, Value) and types[0].rank == max(t.rank for t in types) else None
 
 
 def _static_empty(type_: TensorType) -> bool:
