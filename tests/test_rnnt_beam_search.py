@@ -24,10 +24,10 @@ times (`tests/test_host_scalars.py`), and the scores that `torch.tensor([_get_hy
 hypo in b_hypos]).sort()` reads after its `for` pass barriers there (an allocation IREE folded to 0
 bytes before: README, "Known traps"; `tests/test_lists_grown_in_loops.py`).
 
-What it does not do yet, pinned below so that a change is seen: a number of frames known only at
-run time: Emformer's mask blocks, dynamic in both dims, grow their lists
-(`tests/test_ragged_first_sizes.py`), but the joined mask's example sizes are not the attention
-scores' where the two meet (`emformer.py:134`).
+A number of frames known only at run time works too: Emformer's mask blocks, dynamic in both dims,
+grow their lists (`tests/test_ragged_first_sizes.py`), and their widths are typed by the sizes of
+one run at the example inputs, so the joined mask meets the attention scores (`emformer.py:134`;
+`tests/test_observed_sizes.py`).
 """
 
 from __future__ import annotations
@@ -121,15 +121,35 @@ def test_it_takes_the_compiled_host(exported):
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
 
 
-def test_a_number_of_frames_known_only_at_run_time_is_refused_where_emformers_mask_meets_the_scores(beam_search):
-    # The mask blocks grow their lists (`tests/test_ragged_first_sizes.py`); the joined mask then
-    # meets the attention scores, both [T, T] at run time, whose example sizes disagree in width:
-    # the mask's rows are the example's 6 frames (a row block per pass of its loop), but its width
-    # is its blocks' widths summed with each column group that is empty at every pass (the memory,
-    # `seg_idx - m_start` with none kept) counted 2 (12), the scores' the example's 6 frames.
-    message = (
-        r"cannot lower aten::masked_fill\.Scalar \(from .*emformer\.py:\d+\): cannot compute its result type: "
-        r"Attempting to broadcast a dimension of length 6 at -1! .* broadcastable to \[1, 6, 12\]"
-    )
-    with pytest.raises(dycl_iree.DyclError, match=message):
-        dycl_iree.export(beam_search, (torch.randn(6, 4), torch.tensor([6]), 2), dynamic_shapes=({0: "T"}, None, None))
+@pytest.fixture(scope="module")
+def exported_over_frames(beam_search, tmp_path_factory):
+    example = (torch.randn(6, 4), torch.tensor([6]), 2)
+    bundle = dycl_iree.export(beam_search, example, dynamic_shapes=({0: "T"}, None, None))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path_factory.mktemp("rnnt_frames") / "beam_search.dycl")
+    return dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+
+
+@pytest.mark.slow
+def test_a_number_of_frames_known_only_at_run_time(beam_search, exported_over_frames):
+    # Emformer's joined mask meets the attention scores (`emformer.py:134`): its blocks' widths are
+    # typed by the sizes of one run at the example (`tests/test_observed_sizes.py`). Odd numbers
+    # of frames end in a segment of one frame; one frame is a single segment.
+    scripted = torch.jit.script(beam_search)
+    torch.manual_seed(11)
+    lengths = set()
+    for frames, beam_width, scale in ((1, 2, 1.0), (3, 1, 3.0), (5, 3, 0.3), (6, 2, 1.0), (9, 2, 10.0), (12, 4, 0.3)):
+        x = torch.randn(frames, 4) * scale
+        with torch.no_grad():
+            want = scripted(x, torch.tensor([frames]), beam_width)
+        for run in exported_over_frames:
+            got = run(x.numpy(), torch.tensor([frames]).numpy(), beam_width)
+            assert [list(h[0]) for h in got] == [h[0] for h in want]
+            assert [h[3] for h in got] == pytest.approx([h[3] for h in want], rel=1e-4)
+            assert len(got) == beam_width
+        lengths.update(len(h[0]) for h in want)
+    assert len(lengths) >= 3, lengths
+    python = exported_over_frames[1]
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {1, 3, 5, 6, 12} <= trips, python.trip_counts  # segments of the mask and frames decoded
+    assert any(sides[True] and sides[False] for sides in python.decisions.values())
