@@ -180,11 +180,11 @@ class ObservedSizes:
             self.observed = observe(self.captured, self.example_inputs) if self.examples_are_hints else {}
         return self.observed
 
-    def observe_at(self, example_inputs: tuple, types: list) -> None:
+    def observe_at(self, example_inputs: tuple, types: list, observing: bool = True) -> None:
         """Observe at `example_inputs` (where a hint is needed), if the inputs' hints are their sizes:
         a dynamic dim of 0 or 1 is typed 2, and a run at 1 would agree with nothing typed at 2."""
         self.example_inputs, self.loop_indices, self.observed = example_inputs, [], None
-        self.examples_are_hints = all(
+        self.examples_are_hints = observing and all(
             not isinstance(example, torch.Tensor) or tuple(example.shape) == tuple(type_.hint)
             for example, type_ in zip(example_inputs, types)
             if type_ is not None

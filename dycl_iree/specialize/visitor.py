@@ -663,10 +663,25 @@ _PERTURBATIONS: tuple[Callable[[int], int], ...] = (lambda hint: hint + 1, lambd
 
 
 def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> Program:
-    """Type the captured graph by the example inputs and fold what the types decide."""
+    """Type the captured graph by the example inputs and fold what the types decide.
+
+    Where the sizes of the observed run (`observed`) fail to type some op, the graph is typed again
+    by the meta runs alone, as before there were any: those may still type it, and where they do
+    not, the refusal is theirs."""
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
     spec.observe_at(tuple(example_inputs), types)
+    try:
+        return _specialized(spec, captured, types)
+    except DyclError:
+        if not spec.observed:
+            raise
+    spec = _Specializer(captured)
+    spec.observe_at(tuple(example_inputs), types, observing=False)
+    return _specialized(spec, captured, types)
+
+
+def _specialized(spec: _Specializer, captured: CapturedModel, types: list) -> Program:
     ts_inputs = list(captured.graph.inputs())[1:]
     bound = [Constant(None) if t is None else spec.new_value(t, name) for t, name in zip(types, captured.input_names)]
     for ts_value, entry in zip(ts_inputs, bound):
