@@ -318,8 +318,6 @@ def _is_concrete(value: Any) -> bool:
 _EXPORT_LOCK = threading.RLock()  # re-entrant: `lower` holds it for all its segments
 
 
-
-
 def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
     with _EXPORT_LOCK:
         exported = _export_in_one_trace(graph_module, examples, dynamic, decompositions)
