@@ -458,10 +458,18 @@ def _item_hint(items: RaggedList) -> int:
     once per step and concatenated along the batch: each is added to the batch's rows again), else
     2 at most (within the example's size). `fit_ragged_hint` keeps the two in step."""
     total = items.value.type.hint[items.dim]
-    sizes = tensor_type_of(items.sizes)
-    count = sizes.hint[0] if sizes is not None and sizes.rank == 1 else 0
-    each = total // count if count > 0 else 0
+    _, each, _ = _example_split(total, tensor_type_of(items.sizes))
     return each if each >= 2 else min(2, total)
+
+
+def _example_split(total: int, sizes: Any) -> tuple[int, int, bool]:
+    """A ragged list's example number of tensors (the example of its 1-D `sizes`, else 0), the
+    example size of each along the list's dim out of their `total`, and whether they divide it
+    evenly. `_item_hint` and `fit_ragged_hint` both take an item's size so, to agree on it."""
+    count = sizes.hint[0] if sizes is not None and sizes.rank == 1 else 0
+    if count <= 0:
+        return count, 0, True
+    return count, total // count, total % count == 0
 
 
 def ragged_positions(structure: Any) -> dict[int, tuple[int, int]]:
@@ -505,11 +513,12 @@ def fit_ragged_hint(type_: Any, position: int, raggeds: dict[int, tuple[int, int
         value, sizes = tensor_type_of(leaves[position]), tensor_type_of(leaves[sizes_position])
         if value is None or sizes is None or sizes.rank != 1:
             continue
-        counts.append(sizes.hint[0])
-        if sizes.hint[0] > 0:
-            if value.hint[dim] % sizes.hint[0]:
+        count, one, even = _example_split(value.hint[dim], sizes)
+        counts.append(count)
+        if count > 0:
+            if not even:
                 return type_
-            each.add(value.hint[dim] // sizes.hint[0])
+            each.add(one)
     if len(each) != 1 or min(each) < 2:
         return type_
     count = counts[0] if len(set(counts)) == 1 else max(*counts, 2)  # as `values.join_types` joins them
