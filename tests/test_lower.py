@@ -626,3 +626,32 @@ def test_the_one_trace_undoes_its_swap_when_the_trace_raises(monkeypatch):
     assert lower_stage._export_in_one_trace(_silu_module(), [torch.randn(2)], [None], {}) is None
     assert seen and seen[0] is not original  # swapped during the trace
     assert _trace._export_to_aten_ir is original
+
+
+class _RowsTiedToASum(nn.Module):
+    """Emformer's step in small: the mask's rows come out of a loop (a dim of their own in the
+    Program), and meet `torch.cat([right_context, utterance])`, whose rows are the sum of two."""
+
+    def forward(self, utterance: torch.Tensor, right_context: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for i in range(utterance.size(0) + right_context.size(0)):
+            rows.append(torch.ones(1) * i)
+        mask = torch.cat(rows)
+        return torch.cat([right_context, utterance]) * mask[:, None]
+
+
+def test_an_input_dim_tied_to_a_sum_of_other_input_dims_is_refused():
+    """torch.export ties the mask's rows to the sum of the other two inputs' rows. Accepted as it is,
+    both hosts return PyTorch's results wherever the sizes agree, but where they do not (the loop
+    running one more time) both return a result where PyTorch raises: IREE does not check a dynamic
+    input dim against the expression it was tied to. Until the host checks the sum before the
+    call, the tie is refused, at the line of the segment's first op."""
+    from dycl_iree.errors import UnsupportedOpError
+
+    with pytest.raises(
+        UnsupportedOpError,
+        match=r"test_lower\.py:\d+.*tied dim 0 of segment input \d+ \(%\w+\) to the other inputs \(s\d+ \+ s\d+\)",
+    ):
+        dycl_iree.export(
+            _RowsTiedToASum(), (torch.randn(5, 4), torch.randn(2, 4)), dynamic_shapes=({0: "T"}, {0: "R"})
+        )
