@@ -652,6 +652,4 @@ def test_an_input_dim_tied_to_a_sum_of_other_input_dims_is_refused():
         UnsupportedOpError,
         match=r"test_lower\.py:\d+.*tied dim 0 of segment input \d+ \(%\w+\) to the other inputs \(s\d+ \+ s\d+\)",
     ):
-        dycl_iree.export(
-            _RowsTiedToASum(), (torch.randn(5, 4), torch.randn(2, 4)), dynamic_shapes=({0: "T"}, {0: "R"})
-        )
+        dycl_iree.export(_RowsTiedToASum(), (torch.randn(5, 4), torch.randn(2, 4)), dynamic_shapes=({0: "T"}, {0: "R"}))
