@@ -27,7 +27,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ from .int_offsets import IntOffsets
 from .one_trace import OVERRIDE, split_table
 from .padded_expansion import Expansions, depthwise_convolution_of_padded, inside_mask
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
+from .size_ties import SizeTie, affine_tie, input_symbols
 from .specialize.schemas import overload_of, torch_dtype
 
 
@@ -51,6 +52,7 @@ class LoweredModule:
     module: Any
     context: Any
     signatures: dict[str, tuple[list[str], list[str]]]
+    ties: list[SizeTie] = field(default_factory=list)  # for the host to check (`size_ties.py`)
 
 
 def lower(
@@ -76,10 +78,11 @@ def lower(
     # ExportedProgram lives until the end.
     exported_programs: list[Any] = []
     offsets = IntOffsets(program)
+    ties: list[SizeTie] = []
     with _EXPORT_LOCK, OVERRIDE.kept():
-        _import_segments(program, only, progress, importer, constants, offsets, decompositions, exported_programs)
+        _import_segments(program, only, progress, importer, constants, offsets, decompositions, exported_programs, ties)
     module = importer.module
-    return LoweredModule(module, context, _signatures(module))
+    return LoweredModule(module, context, _signatures(module), ties)
 
 
 def _import_segments(
@@ -91,6 +94,7 @@ def _import_segments(
     offsets: IntOffsets,
     decompositions: Any,
     exported_programs: list[Any],
+    ties: list[SizeTie],
 ) -> None:
     for segment in program.segments:
         if only is not None and segment.name not in only:
@@ -102,7 +106,7 @@ def _import_segments(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 exported = _export_segment(segment, constants, offsets, decompositions)
-                _refuse_specialized_dims(segment, exported)
+                ties.extend(_refuse_specialized_dims(segment, exported))
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
         except UnsupportedOpError:
@@ -511,22 +515,30 @@ _UNROLLED_OVER_TIME = {
 }
 
 
-def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
+def _refuse_specialized_dims(segment: Segment, exported: Any) -> list[SizeTie]:
     """A dim the Program types dynamic must stay dynamic in the segment's function: when torch.export
     or its decompositions fixed it to the example's size (`Dim.AUTO` lets them), the function would
     refuse every other size at run time. Say which op forced it where we can tell (the recurrent
-    layers, which torch unrolls over the time steps of the example)."""
+    layers, which torch unrolls over the time steps of the example). A dim tied to an integer
+    combination of other inputs' dynamic sizes is kept: the host checks it (`size_ties.py`)."""
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
     user_inputs = set(exported.graph_signature.user_inputs)
     placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
-    for position, (param, node) in enumerate(zip(segment.params, placeholders)):
-        value = node.meta.get("val")
+    values = [node.meta.get("val") for node in placeholders]
+    symbols, ties = input_symbols(segment.params, values), []
+    for position, (param, value) in enumerate(zip(segment.params, values)):
         if not isinstance(param.type, TensorType) or not isinstance(value, torch.Tensor):
             continue
         # A specialized dim is still a SymInt, whose expression became a number or, where the
         # specialized size was derived from this dim and an int, an expression of that int.
-        fixed = _fixed_or_derived_dims(param.type, value)
+        fixed = []
+        for d in _fixed_or_derived_dims(param.type, value):
+            tie = _size_tie(segment, position, d, value.shape[d], symbols)
+            if tie is None:
+                fixed.append(d)
+            else:
+                ties.append(tie)
         if not fixed:
             continue
         what = f"dim {fixed[0]} of segment input {position} ({format_value(param)})"
@@ -551,6 +563,29 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> None:
         raise _refused(
             segment, f"torch.export fixed {what} to the example's size {example}, although it changes at run time"
         )
+    return ties
+
+
+def _size_tie(segment: Segment, position: int, dim: int, size: Any, symbols: dict) -> SizeTie | None:
+    """The tie of input `position`'s `dim` to other inputs' sizes that the host can check, if it is one."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    if is_concrete_int(size) or not isinstance(size, torch.SymInt):
+        return None
+    # Only other tensors' dims: a tie to an int comes from a size torch.export specialized to 1 at
+    # the examples (`rows[start:]` made the list's rows `start + 1`), which no host check can make right.
+    others = {s: at for s, at in symbols.items() if at[0] != position and at[1] is not None}
+    found = affine_tie(size.node.expr, others)
+    if found is None:
+        return None
+    terms, constant = found
+
+    def name(p: int, d: int | None) -> str:
+        return format_value(segment.params[p]) + ("" if d is None else f".size({d})")
+
+    named = [f"{c} * " * (c != 1) + name(p, d) for c, p, d in terms]
+    expression = f"{name(position, dim)} == " + " + ".join([*named, *([str(constant)] if constant else [])])
+    return SizeTie(segment.name, position, dim, terms, constant, expression, segment.nodes[0].source)
 
 
 _CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding)  # padding=1 / padding="same"

@@ -49,6 +49,7 @@ from .partition import partition
 from .program import Program
 from .program_check import check_definitions
 from .progress import LOGGER
+from .size_ties import check_size_ties
 from .sources import relative_sources
 from .specialize import specialize
 
@@ -130,6 +131,8 @@ def export(
 
     with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
         lowered = stage("lower", lambda: lower(program, progress=lowering))
+    # Sizes that torch.export tied to a sum of other inputs' sizes: the host checks them before the call.
+    program = check_size_ties(program, lowered.ties)
     module_name = "dycl_" + re.sub(r"\W", "_", program.name).lower()
     name_module(lowered, module_name)
     python_source = stage("hosts", lambda: synthesize_python(program))

@@ -630,26 +630,40 @@ def test_the_one_trace_undoes_its_swap_when_the_trace_raises(monkeypatch):
 
 class _RowsTiedToASum(nn.Module):
     """Emformer's step in small: the mask's rows come out of a loop (a dim of their own in the
-    Program), and meet `torch.cat([right_context, utterance])`, whose rows are the sum of two."""
+    Program), and meet `torch.cat([right_context, utterance])`, whose rows are the sum of two, so
+    torch.export ties the mask's rows to that sum. `extra` makes the loop run past it."""
 
-    def forward(self, utterance: torch.Tensor, right_context: torch.Tensor) -> torch.Tensor:
+    def forward(self, utterance: torch.Tensor, right_context: torch.Tensor, extra: int) -> torch.Tensor:
         rows = []
-        for i in range(utterance.size(0) + right_context.size(0)):
+        for i in range(utterance.size(0) + right_context.size(0) + extra):
             rows.append(torch.ones(1) * i)
         mask = torch.cat(rows)
         return torch.cat([right_context, utterance]) * mask[:, None]
 
 
-def test_an_input_dim_tied_to_a_sum_of_other_input_dims_is_refused():
-    """torch.export ties the mask's rows to the sum of the other two inputs' rows. Accepted as it is,
-    both hosts return PyTorch's results wherever the sizes agree, but where they do not (the loop
-    running one more time) both return a result where PyTorch raises: IREE does not check a dynamic
-    input dim against the expression it was tied to. Until the host checks the sum before the
-    call, the tie is refused, at the line of the segment's first op."""
-    from dycl_iree.errors import UnsupportedOpError
+def test_an_input_dim_tied_to_a_sum_of_other_input_dims_is_checked_by_the_host(tmp_path):
+    """The tie is kept and the host checks it before the call: both hosts give PyTorch's results
+    wherever the sizes agree, and raise where PyTorch does. Without the check both returned a
+    result there (IREE does not check a dynamic input dim against the sum it was tied to)."""
+    from .conftest import check_hosts, check_hosts_raise, export_compiled
 
-    with pytest.raises(
-        UnsupportedOpError,
-        match=r"test_lower\.py:\d+.*tied dim 0 of segment input \d+ \(%\w+\) to the other inputs \(s\d+ \+ s\d+\)",
-    ):
-        dycl_iree.export(_RowsTiedToASum(), (torch.randn(5, 4), torch.randn(2, 4)), dynamic_shapes=({0: "T"}, {0: "R"}))
+    _, scripted, compiled, python = export_compiled(
+        tmp_path,
+        _RowsTiedToASum(),
+        (torch.randn(5, 4), torch.randn(2, 4), 0),
+        "tied_sum",
+        ({0: "T"}, {0: "R"}, None),
+    )
+    for rows, right in [(5, 2), (3, 1), (8, 4), (1, 0), (0, 3), (2, 5)]:
+        check_hosts(scripted, [compiled, python], (torch.randn(rows, 4), torch.randn(right, 4), 0))
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {7, 4, 12, 1, 3} <= trips, python.trip_counts
+    for extra in (1, -1):
+        check_hosts_raise(
+            scripted,
+            [compiled, python],
+            (torch.randn(5, 4), torch.randn(2, 4), extra),
+            r"The size of tensor a \(7\) must match the size of tensor b",
+            r"the sizes of the tensors must match: %\w+\.size\(0\) == %\w+\.size\(0\) \+ %\w+\.size\(0\) "
+            r"does not hold \(.*test_lower\.py:\d+\)",
+        )
