@@ -28,7 +28,8 @@ A number of frames known only at run time works too: Emformer's mask blocks, dyn
 grow their lists (`tests/test_ragged_first_sizes.py`), and their widths are typed by the sizes of
 one run at the example inputs, so the joined mask meets the attention scores (`emformer.py:134`;
 `tests/test_observed_sizes.py`). With a right context of 1 or more it is still refused, pinned below:
-the mask's rows are the sum of two sizes that torch.export ties, which the Program cannot say yet.
+the attention's rows are the sum of the right context's, the utterance's and the summary's, which
+the Program types as a dim of its own, with an example size that is not that sum.
 """
 
 from __future__ import annotations
@@ -162,14 +163,17 @@ def test_a_number_of_frames_known_only_at_run_time(beam_search, exported_over_fr
 
 @pytest.mark.slow
 def test_a_right_context_over_a_number_of_frames_known_only_at_run_time_is_refused():
-    # What does not work yet, pinned so that a change is seen. With a right context, the attention
-    # mask's rows are the right context's and the utterance's: `torch.cat([right_context,
-    # utterance, summary])` meets the mask inside one segment, and torch.export ties the mask's
-    # rows to the sum of the two. The Program types them as a dim of their own, so the lowering
-    # refuses the tie (a sum of sizes is not a size the Program can say yet).
+    # What does not work yet, pinned so that a change is seen. With a right context, the attention's
+    # rows T are the right context's, the utterance's and the summary's (`torch.cat([right_context,
+    # utterance, summary])`, emformer.py:161); the tie of the mask's rows to that sum is now kept and
+    # checked by the host (`dycl_iree/size_ties.py`). The Program still types T as a dim of its own,
+    # with a hint of its own (9) that is not the sum of the others' hints (4 rows of right context,
+    # where the run at the example has 3, and 6 of utterance), so torch.export, at the segment's example
+    # sizes, finds `attention[: T - summary_length]` (emformer.py:210) one row short of
+    # `torch.cat([right_context, utterance])` where the two are added (emformer.py:422).
     message = (
-        r"cannot lower aten::cat\.default \(from .*emformer\.py:161, .*\): torch\.export tied dim 0 of segment "
-        r"input \d+ \(%attention_mask\d*\) to the other inputs \(s\d+ \+ s\d+\)"
+        r"cannot lower aten::add\.Tensor \(from .*emformer\.py:422, .*\): The size of tensor a \(s\d+\) must "
+        r"match the size of tensor b \(s\d+ \+ s\d+\) at non-singleton dimension 0"
     )
     with pytest.raises(dycl_iree.DyclError, match=message):
         dycl_iree.export(
