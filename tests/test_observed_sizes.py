@@ -163,3 +163,40 @@ def test_empty_right_context_blocks_over_a_run_time_number_of_segments(tmp_path)
         check_hosts(scripted, [compiled, python], (torch.randn(length, 1, 8, generator=generator),))
     trips = {count for counts in python.trip_counts.values() for count in counts}
     assert {0, 1, 4} <= trips, python.trip_counts
+
+
+class _RightContext(nn.Module):
+    """Emformer's right context, cut down (`_gen_right_context`): one frame after each segment of 2,
+    the last one the input's last frame, joined ahead of the utterance; the positions of those rows
+    are counted on the host (`num_segs * rc + utterance length`), as the attention's rows are. A
+    piece of one frame is typed two frames long (torch.export fixes a dim of 1), and the list's sum
+    of those hints made the joined rows one more than the positions per segment: the list after each
+    `append` takes its length from the run."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.size(0)
+        rc = 1
+        num_segs = math.ceil((T - rc) / 2)
+        blocks: List[Tensor] = []  # noqa: UP006
+        for seg_idx in range(num_segs - 1):
+            start = (seg_idx + 1) * 2
+            blocks.append(x[start : start + rc])
+        blocks.append(x[T - rc :])
+        right_context = torch.cat(blocks)
+        utterance = x[: T - rc]
+        rows = num_segs * rc + utterance.size(0)
+        positions = torch.arange(rows).unsqueeze(1).to(x.dtype)
+        return torch.cat([right_context, utterance]) * 2.0 + positions
+
+
+def test_a_list_grown_by_one_frame_per_segment_adds_up_to_the_rows_counted_on_the_host(tmp_path) -> None:
+    generator = torch.Generator().manual_seed(2)
+    example = torch.randn(7, 4, generator=generator)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _RightContext(), (example,), "right_context", dynamic_shapes=({0: "T"},)
+    )
+    # 2 frames: one segment, no loop trip; odd and even utterances (the last segment 1 or 2 frames).
+    for length in (2, 3, 4, 5, 7, 8, 12):
+        check_hosts(scripted, [compiled, python], (torch.randn(length, 4, generator=generator),))
+    trips = {count for counts in python.trip_counts.values() for count in counts}
+    assert {0, 1, 2, 5} <= trips, python.trip_counts

@@ -66,12 +66,14 @@ Observed = dict  # (TorchScript value's unique, indices of its enclosing loops) 
 def observe(captured: Any, example_inputs: tuple) -> Observed:
     """Each tensor the scripted model makes in one run at `example_inputs`, by the value's unique in
     `captured.graph` and the indices of the loops around it, at each one's first run: its sizes;
-    and by `(loop, list)` (the uniques of the loop's index and of the list) the sizes of each tensor
-    of each list of tensors that a loop grows or returns, after it. Empty where the run fails (the
-    model raises at its examples): it is then typed by meta runs only."""
+    by `(loop, list)` (the uniques of the loop's index and of the list) the sizes of each tensor
+    of each list of tensors that a loop grows or returns, after it; and by the output of each
+    `xs.append(x)` on a list of tensors, the sizes of each tensor of `xs` after it. Empty where
+    the run fails (the model raises at its examples): it is then typed by meta runs only."""
     graph = captured.graph.copy()
     tensors: list[tuple[torch._C.Value, torch._C.Value, list[torch._C.Value]]] = []
     loops_run: list[tuple[torch._C.Node, torch._C.Node, list[torch._C.Value]]] = []
+    appends: list[tuple[torch._C.Node, torch._C.Node, list[torch._C.Value]]] = []
     copies: dict[int, torch._C.Value] = {}
 
     def pair(original: torch._C.Block, copy: torch._C.Block, loops: list[torch._C.Value]) -> None:
@@ -82,6 +84,8 @@ def observe(captured: Any, example_inputs: tuple) -> Observed:
             if node.kind() == "prim::Loop":
                 inner = [*loops, next(iter(list(copied.blocks())[0].inputs()))]
                 loops_run.append((node, copied, loops))
+            if node.kind() == "aten::append" and _tensor_list(node.inputsAt(0)):
+                appends.append((node, copied, loops))
             for block, copied_block in zip(node.blocks(), copied.blocks()):
                 pair(block, copied_block, inner)
             for output, copied_output in zip(node.outputs(), copied.outputs()):
@@ -103,6 +107,9 @@ def observe(captured: Any, example_inputs: tuple) -> Observed:
         for value in dict.fromkeys(v for v in grown if _tensor_list(v)):
             _insert(graph, "record_list", copies[value.unique()], len(keys), loops, copied)
             keys.append((index, value.unique()))
+    for node, copied, loops in appends:
+        _insert(graph, "record_list", copied.inputsAt(0), len(keys), loops, copied)
+        keys.append(node.output().unique())
     try:
         function = torch._C._create_function_from_graph(f"{captured.name}_observed", graph)
         with _recording() as sizes, torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -149,6 +156,7 @@ class ObservedSizes:
     # The iteration that each enclosing loop's body is typed at; None inside a graph of its own
     # (`visit_function`), whose values the run does not see.
     loop_indices: list[int] | None = None
+    appended: torch._C.Value | None = None  # the output of the `xs.append(x)` being visited
 
     @contextlib.contextmanager
     def at_iteration(self, index: int) -> Iterator[None]:
@@ -161,13 +169,16 @@ class ObservedSizes:
         finally:
             self.loop_indices.pop()
 
-    def observed_hint(self, ts_value: torch._C.Value | None, shape: tuple, hint: tuple) -> tuple:
+    def observed_hint(self, ts_value: torch._C.Value | tuple | None, shape: tuple, hint: tuple) -> tuple:
         """`hint` (a result's example sizes) with each dynamic dim of 2 or more in the run at its
         iteration set to that size, once some hint was raised from 0 or 1 (until then the meta
-        runs' sizes are the run's)."""
+        runs' sizes are the run's). `ts_value` is the model's value whose sizes these are, or the
+        sizes themselves (`observed_join`)."""
         if ts_value is None or self.loop_indices is None or not self.raised_hints or None not in shape:
             return hint
-        sizes = self.observed_sizes().get((ts_value.unique(), tuple(self.loop_indices)))
+        sizes = ts_value
+        if not isinstance(ts_value, tuple):
+            sizes = self.observed_sizes().get((ts_value.unique(), tuple(self.loop_indices)))
         if sizes is None or len(sizes) != len(shape):
             return hint
         if any(s is not None and s != size for s, size in zip(shape, sizes)):
@@ -190,6 +201,26 @@ class ObservedSizes:
             if type_ is not None
         )
 
+    @contextlib.contextmanager
+    def appending(self, ts_value: torch._C.Value) -> Iterator[None]:
+        """Meanwhile the lists grown are the model's list after `xs.append(x)` of output `ts_value`."""
+        saved, self.appended = self.appended, ts_value
+        try:
+            yield
+        finally:
+            self.appended = saved
+
+    def observed_join(self, dim: int) -> tuple | None:
+        """The sizes of the list being appended to (`appending`), joined along `dim`, after the
+        append in the observed run; None where no hint was raised or the run does not say. A list
+        grown by pieces of one row is typed by pieces of two (a dim of 1 is typed 2), and summing
+        those hints would type Emformer's right context (one row per segment) 4 rows long where
+        the run has 3, and its sum with the utterance no longer that of the attention's rows."""
+        if self.appended is None or self.loop_indices is None or not self.raised_hints:
+            return None
+        items = self.observed_sizes().get((self.appended.unique(), tuple(self.loop_indices)))
+        return _joined(items, dim) if items else None
+
     def observed_after_loop(self, node: torch._C.Node, ts_values: list, entries: list, kept: list, types: list) -> list:
         """`types` (a loop's results, the leaves of `entries` in `kept`) with the lists of tensors among
         `entries` (for `ts_values`, the loop's results and the lists it grows) hinted by their sizes
@@ -210,16 +241,20 @@ class ObservedSizes:
             if isinstance(entry, TensorList):
                 sizes = (len(items), *items[0]) if len(set(items)) == 1 else None
             else:
-                dim = entry.dim
-                others = {item[:dim] + item[dim + 1 :] for item in items}
-                sizes = None
-                if len(others) == 1 and all(len(item) > dim for item in items):
-                    sizes = (*items[0][:dim], sum(item[dim] for item in items), *items[0][dim + 1 :])
+                sizes = _joined(items, entry.dim)
                 if first + 1 in kept and sizes is not None:
                     types[kept.index(first + 1)] = _with_sizes(types[kept.index(first + 1)], (len(items),))
             if sizes is not None:
                 types[position] = _with_sizes(types[position], sizes)
         return types
+
+
+def _joined(items: tuple, dim: int) -> tuple | None:
+    """The sizes of `torch.cat` of tensors of sizes `items` along `dim` (None where it fails)."""
+    others = {item[:dim] + item[dim + 1 :] for item in items}
+    if len(others) != 1 or not all(len(item) > dim for item in items):
+        return None
+    return (*items[0][:dim], sum(item[dim] for item in items), *items[0][dim + 1 :])
 
 
 def _with_sizes(type_: Any, sizes: tuple) -> Any:

@@ -246,7 +246,10 @@ class RaggedLists:
             if checked is not None:
                 self.check_other_sizes(left, checked, source)
             pair = ListArg((left.value, right.value))
-            (value,) = self.emit_tensor_op(cat, [pair, Constant(left.dim)], [], source, name="ragged")
+            observed = self.observed_join(left.dim)
+            (value,) = self.emit_tensor_op(
+                cat, [pair, Constant(left.dim)], [], source, name="ragged", observed=[observed] if observed else None
+            )
         (sizes,) = self.emit_tensor_op(cat, [ListArg((left.sizes, right.sizes)), Constant(0)], [], source, name="sizes")
         return RaggedList(value, sizes, left.dim, first_sizes)
 
