@@ -52,6 +52,7 @@ def _capture_in_eval_mode(model: torch.nn.Module, name: str) -> CapturedModel:
     except Exception as error:
         raise CaptureError(f"TorchScript could not freeze {name}: {error}") from error
     graph = frozen.graph
+    fold_unchanged_loop_values(graph)
     inputs = list(graph.inputs())[1:]  # the first input is `self`
     input_names = tuple(_clean_name(v.debugName()) for v in inputs)
     return CapturedModel(scripted, frozen, graph, input_names, name)
@@ -70,6 +71,49 @@ def _script(model: torch.nn.Module, name: str) -> torch.jit.ScriptModule:
         if not problems:
             raise CaptureError(f"TorchScript could not script {name}:\n{error}\n{GENERIC_ADVICE}") from error
         raise CaptureError(format_problems(name, problems)) from error
+
+
+def fold_unchanged_loop_values(graph: torch._C.Graph) -> None:
+    """A loop-carried value that every iteration passes on as it got it is the value the loop starts
+    with: its uses in the body and after the loop read that value, and the loop no longer carries it.
+
+    TorchScript carries an Optional that the body refines (`if mask is not None: use(mask)`, where
+    the branch yields the refined value on one side and the unrefined one on the other), although
+    neither side changes it: Emformer's `s_cols_mask`, a constant list of bools, was carried through
+    its mask loop as a list that changes at run time, which the compiled host cannot hold, and each
+    column of the mask was chosen by a branch at run time."""
+    _fold_in(graph.block())
+    torch._C._jit_pass_dce(graph)  # the slots no longer read
+
+
+def _fold_in(block: torch._C.Block) -> None:
+    for node in block.nodes():
+        for inner in node.blocks():
+            _fold_in(inner)
+        if node.kind() != "prim::Loop":
+            continue
+        body = next(iter(node.blocks()))
+        params = list(body.inputs())[1:]
+        returned = list(body.returnNode().inputs())[1:]
+        for slot, (param, value) in enumerate(zip(params, returned)):
+            if _passes_on(value, param):
+                initial = node.inputsAt(2 + slot)
+                param.replaceAllUsesWith(initial)
+                node.outputsAt(slot).replaceAllUsesWith(initial)
+
+
+def _passes_on(value: torch._C.Value, param: torch._C.Value) -> bool:
+    """Whether `value` is `param` on every path: itself, refined (`prim::unchecked_cast`), or what
+    each side of a branch yields."""
+    if value.unique() == param.unique():
+        return True
+    node = value.node()
+    if node.kind() == "prim::unchecked_cast":
+        return _passes_on(node.inputsAt(0), param)
+    if node.kind() == "prim::If":
+        position = [output.unique() for output in node.outputs()].index(value.unique())
+        return all(_passes_on(list(b.returnNode().inputs())[position], param) for b in node.blocks())
+    return False
 
 
 def _clean_name(debug_name: str) -> str:

@@ -106,11 +106,14 @@ class RaggedLists:
         along = set(dynamic) & concatenated
         if not differing and not starts_empty and (self.list_may_be_stacked() or len(along) != 1):
             return None
-        if not differing and len(self.read_along) == 1 and self.size_witness(element_type(types, source)) is None:
-            # Every `torch.cat` that reads the lists this loop grows joins them along one dim
-            # (Emformer's mask blocks, `torch.cat(mask)`): kept concatenated along it, their other
-            # sizes from the first append where they are dynamic (`first_sized_join`).
-            (read,) = self.read_along
+        # The dims the `torch.cat`s that read the lists this loop grows join them along, or those
+        # this list reaches, also through list additions (`torch.cat(rows + summaries)`).
+        read_along = self.read_along or self.list_dims.get(self.layout_list) or set()
+        if not differing and len(read_along) == 1 and self.size_witness(element_type(types, source)) is None:
+            # Every `torch.cat` that reads the list joins it along one dim (Emformer's mask blocks,
+            # `torch.cat(mask)`): kept concatenated along it, their other sizes from the first
+            # append where they are dynamic (`first_sized_join`).
+            (read,) = read_along
             if 0 <= read < first.rank:
                 return read
         if not differing and (self.list_may_be_stacked() or not set(dynamic) & concatenated):
