@@ -27,9 +27,10 @@ bytes before: README, "Known traps"; `tests/test_lists_grown_in_loops.py`).
 A number of frames known only at run time works too: Emformer's mask blocks, dynamic in both dims,
 grow their lists (`tests/test_ragged_first_sizes.py`), and their widths are typed by the sizes of
 one run at the example inputs, so the joined mask meets the attention scores (`emformer.py:134`;
-`tests/test_observed_sizes.py`). With a right context of 1 or more it is still refused, pinned below:
-the attention's rows are the sum of the right context's, the utterance's and the summary's, which
-the Program types as a dim of its own, with an example size that is not that sum.
+`tests/test_observed_sizes.py`). So does Emformer with a right context, a left context and a memory:
+the right context's pieces of one frame per segment add up to the attention's rows (each list after
+an append takes its length from the run at the example), and the summary mask's column choice, an
+Optional list TorchScript carries through the mask loop, is folded to the constant it starts as.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.published
 BLANK = 5
 
 
-def _beam_search(right_context_length: int = 0):
+def _beam_search(right_context_length: int = 0, left_context_length: int = 0, max_memory_size: int = 0):
     decoder = torchaudio_rnnt_decoder()
     torch.manual_seed(0)
     model = torchaudio_rnnt().emformer_rnnt_model(
@@ -63,8 +64,8 @@ def _beam_search(right_context_length: int = 0):
         transformer_num_layers=1,
         transformer_dropout=0.0,
         transformer_activation="relu",
-        transformer_left_context_length=0,
-        transformer_max_memory_size=0,
+        transformer_left_context_length=left_context_length,
+        transformer_max_memory_size=max_memory_size,
         transformer_weight_init_scale_strategy="depthwise",
         transformer_tanh_on_mem=True,
         symbol_embedding_dim=8,
@@ -161,23 +162,41 @@ def test_a_number_of_frames_known_only_at_run_time(beam_search, exported_over_fr
     assert any(sides[True] and sides[False] for sides in python.decisions.values())
 
 
+@pytest.fixture(scope="module")
+def exported_with_contexts(tmp_path_factory):
+    # A right context of one frame, a left context of two and a memory of two segments: every column
+    # group of Emformer's mask, its summary rows, and the right context's frames ahead of the utterance.
+    model = _beam_search(right_context_length=1, left_context_length=2, max_memory_size=2)
+    example = (torch.randn(7, 4), torch.tensor([6]), 2)
+    bundle = dycl_iree.export(model, example, dynamic_shapes=({0: "T"}, None, None))
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    path = bundle.save(tmp_path_factory.mktemp("rnnt_contexts") / "beam_search.dycl")
+    return model, dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+
+
 @pytest.mark.slow
-def test_a_right_context_over_a_number_of_frames_known_only_at_run_time_is_refused():
-    # What does not work yet, pinned so that a change is seen. With a right context, the attention's
-    # rows T are the right context's, the utterance's and the summary's (`torch.cat([right_context,
-    # utterance, summary])`, emformer.py:161); the tie of the mask's rows to that sum is now kept and
-    # checked by the host (`dycl_iree/size_ties.py`). The Program still types T as a dim of its own,
-    # with a hint of its own (9) that is not the sum of the others' hints (4 rows of right context,
-    # where the run at the example has 3, and 6 of utterance), so torch.export, at the segment's example
-    # sizes, finds `attention[: T - summary_length]` (emformer.py:210) one row short of
-    # `torch.cat([right_context, utterance])` where the two are added (emformer.py:422).
-    message = (
-        r"cannot lower aten::add\.Tensor \(from .*emformer\.py:422, .*\): The size of tensor a \(s\d+\) must "
-        r"match the size of tensor b \(s\d+ \+ s\d+\) at non-singleton dimension 0"
-    )
-    with pytest.raises(dycl_iree.DyclError, match=message):
-        dycl_iree.export(
-            _beam_search(right_context_length=1),
-            (torch.randn(7, 4), torch.tensor([7]), 2),
-            dynamic_shapes=({0: "T"}, None, None),
-        )
+def test_contexts_and_a_memory_over_a_number_of_frames_known_only_at_run_time(exported_with_contexts):
+    # The attention's rows are the right context's, the utterance's and the summary's
+    # (`torch.cat([right_context, utterance, summary])`, emformer.py:161), the right context one
+    # frame per segment (`_gen_right_context`): typed from the run at the example, the pieces add up
+    # to the rows (`tests/test_observed_sizes.py`). The summary mask's column choice, an Optional
+    # list TorchScript carries through the mask loop, is the constant it starts as
+    # (`tests/test_unchanged_loop_values.py`). The input is the utterance and its right context.
+    model, *hosts = exported_with_contexts
+    scripted = torch.jit.script(model)
+    torch.manual_seed(13)
+    lengths = set()
+    cases = ((1, 2, 1.0), (2, 1, 3.0), (3, 3, 0.3), (5, 2, 1.0), (6, 2, 10.0), (12, 4, 0.3))
+    for utterance, beam_width, scale in cases:
+        x, length = torch.randn(utterance + 1, 4) * scale, torch.tensor([utterance])
+        with torch.no_grad():
+            want = scripted(x, length, beam_width)
+        for run in hosts:
+            got = run(x.numpy(), length.numpy(), beam_width)
+            assert [list(h[0]) for h in got] == [h[0] for h in want]
+            assert [h[3] for h in got] == pytest.approx([h[3] for h in want], rel=1e-4)
+            assert len(got) == beam_width
+        lengths.update(len(h[0]) for h in want)
+    assert len(lengths) >= 3, lengths
+    trips = {count for counts in hosts[1].trip_counts.values() for count in counts}
+    assert {1, 2, 3, 6, 12} <= trips, hosts[1].trip_counts  # segments of the mask, frames decoded
