@@ -253,6 +253,36 @@ def test_resnets_stem_pooling_runs_as_taps_on_iree(tmp_path):
     np.testing.assert_allclose(run(x.numpy()), want, rtol=1e-5, atol=1e-5)
 
 
+class _UnitPoolings(nn.Module):
+    """Poolings of one step with `ceil_mode=True` over a length known only at run time: Emformer's
+    memory (`AvgPool1d(segment_length, segment_length, ceil_mode=True)`) with a segment of one
+    frame. IREE gave wrong values for the 1-D one (read past the input) and one row too many for the
+    2-D one; `ceil_mode` changes nothing at a stride of 1, and is dropped. (A max pooling of one
+    step in `ceil_mode` is refused: torch.export fixes the length it pools to the example's.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = nn.AvgPool1d(1, 1, ceil_mode=True)
+        self.plane = nn.AvgPool2d(1, 1, ceil_mode=True)
+        self.wide = nn.AvgPool1d(3, 1, padding=1, ceil_mode=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        frames = x.permute(1, 2, 0)  # [T, 1, 8] -> [1, 8, T]
+        return self.memory(frames), self.plane(x.unsqueeze(0)) * 2.0, self.wide(frames)
+
+
+def test_poolings_of_one_step_in_ceil_mode_over_a_run_time_length(tmp_path):
+    from .conftest import check_hosts, export_compiled
+
+    generator = torch.Generator().manual_seed(3)
+    example = torch.randn(7, 1, 8, generator=generator)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _UnitPoolings(), (example,), "unit_pools", dynamic_shapes=({0: "T"},)
+    )
+    for length in (1, 2, 3, 6, 7, 12):
+        check_hosts(scripted, [compiled, python], (torch.randn(length, 1, 8, generator=generator),))
+
+
 def test_the_table_leaves_torch_mlirs_own_table_alone():
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 

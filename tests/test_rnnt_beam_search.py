@@ -27,10 +27,8 @@ bytes before: README, "Known traps"; `tests/test_lists_grown_in_loops.py`).
 A number of frames known only at run time works too: Emformer's mask blocks, dynamic in both dims,
 grow their lists (`tests/test_ragged_first_sizes.py`), and their widths are typed by the sizes of
 one run at the example inputs, so the joined mask meets the attention scores (`emformer.py:134`;
-`tests/test_observed_sizes.py`). So does Emformer with a right context, a left context and a memory:
-the right context's pieces of one frame per segment add up to the attention's rows (each list after
-an append takes its length from the run at the example), and the summary mask's column choice, an
-Optional list TorchScript carries through the mask loop, is folded to the constant it starts as.
+`tests/test_observed_sizes.py`). So does the published model's structure, at small sizes: frames
+stacked by the time reduction, then Emformer with a right context, a left context and a memory.
 """
 
 from __future__ import annotations
@@ -48,17 +46,24 @@ pytestmark = pytest.mark.published
 BLANK = 5
 
 
-def _beam_search(right_context_length: int = 0, left_context_length: int = 0, max_memory_size: int = 0):
+def _beam_search(
+    right_context_length: int = 0,
+    left_context_length: int = 0,
+    max_memory_size: int = 0,
+    time_reduction_stride: int = 1,
+    segment_length: int = 2,
+):
+    # Lengths in input frames; Emformer's are these divided by the time reduction's stride.
     decoder = torchaudio_rnnt_decoder()
     torch.manual_seed(0)
     model = torchaudio_rnnt().emformer_rnnt_model(
         input_dim=4,
         encoding_dim=8,
         num_symbols=BLANK + 1,
-        segment_length=2,
+        segment_length=segment_length,
         right_context_length=right_context_length,
         time_reduction_input_dim=8,
-        time_reduction_stride=1,
+        time_reduction_stride=time_reduction_stride,
         transformer_num_heads=2,
         transformer_ffn_dim=8,
         transformer_num_layers=1,
@@ -164,10 +169,14 @@ def test_a_number_of_frames_known_only_at_run_time(beam_search, exported_over_fr
 
 @pytest.fixture(scope="module")
 def exported_with_contexts(tmp_path_factory):
-    # A right context of one frame, a left context of two and a memory of two segments: every column
-    # group of Emformer's mask, its summary rows, and the right context's frames ahead of the utterance.
-    model = _beam_search(right_context_length=1, left_context_length=2, max_memory_size=2)
-    example = (torch.randn(7, 4), torch.tensor([6]), 2)
+    # Emformer RNN-T as published (`emformer_rnnt_base`: frames stacked by 4, segments of 16, a right
+    # context of 4 and a left context of 30), at small sizes: frames stacked by 2, segments of 4,
+    # right and left contexts of 4 and a memory of 2 segments (in Emformer's frames: 2, 2, 2). Every
+    # column group of Emformer's mask, its summary rows, and the right context ahead of the utterance.
+    model = _beam_search(
+        right_context_length=4, left_context_length=4, max_memory_size=2, time_reduction_stride=2, segment_length=4
+    )
+    example = (torch.randn(18, 4), torch.tensor([14]), 2)
     bundle = dycl_iree.export(model, example, dynamic_shapes=({0: "T"}, None, None))
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
     path = bundle.save(tmp_path_factory.mktemp("rnnt_contexts") / "beam_search.dycl")
@@ -177,18 +186,21 @@ def exported_with_contexts(tmp_path_factory):
 @pytest.mark.slow
 def test_contexts_and_a_memory_over_a_number_of_frames_known_only_at_run_time(exported_with_contexts):
     # The attention's rows are the right context's, the utterance's and the summary's
-    # (`torch.cat([right_context, utterance, summary])`, emformer.py:161), the right context one
-    # frame per segment (`_gen_right_context`): typed from the run at the example, the pieces add up
-    # to the rows (`tests/test_observed_sizes.py`). The summary mask's column choice, an Optional
-    # list TorchScript carries through the mask loop, is the constant it starts as
-    # (`tests/test_unchanged_loop_values.py`). The input is the utterance and its right context.
+    # (`torch.cat([right_context, utterance, summary])`, emformer.py:161), the right context a block
+    # per segment (`_gen_right_context`): typed from the run at the example, the blocks add up to
+    # the rows (`tests/test_observed_sizes.py`). The summary mask's column choice, an Optional list
+    # TorchScript carries through the mask loop, is the constant it starts as
+    # (`tests/test_unchanged_loop_values.py`); the time reduction's reshape keeps its batch of 1, so
+    # `if B == 1:` is decided at export (`tests/test_specialize.py`); the memory's pooling of one
+    # Emformer frame per segment drops `ceil_mode` (`tests/test_lower.py`). The input is the
+    # utterance's frames, then the right context's 4.
     model, *hosts = exported_with_contexts
     scripted = torch.jit.script(model)
     torch.manual_seed(13)
     lengths = set()
-    cases = ((1, 2, 1.0), (2, 1, 3.0), (3, 3, 0.3), (5, 2, 1.0), (6, 2, 10.0), (12, 4, 0.3))
+    cases = ((2, 2, 1.0), (3, 1, 3.0), (4, 3, 0.3), (6, 2, 1.0), (9, 4, 0.3), (16, 2, 10.0), (25, 3, 1.0))
     for utterance, beam_width, scale in cases:
-        x, length = torch.randn(utterance + 1, 4) * scale, torch.tensor([utterance])
+        x, length = torch.randn(utterance + 4, 4) * scale, torch.tensor([utterance])
         with torch.no_grad():
             want = scripted(x, length, beam_width)
         for run in hosts:
@@ -199,4 +211,4 @@ def test_contexts_and_a_memory_over_a_number_of_frames_known_only_at_run_time(ex
         lengths.update(len(h[0]) for h in want)
     assert len(lengths) >= 3, lengths
     trips = {count for counts in hosts[1].trip_counts.values() for count in counts}
-    assert {1, 2, 3, 6, 12} <= trips, hosts[1].trip_counts  # segments of the mask, frames decoded
+    assert {1, 2, 3, 5, 7} <= trips, hosts[1].trip_counts  # segments of the mask, frames decoded

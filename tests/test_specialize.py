@@ -168,3 +168,39 @@ def test_metadata_reads_on_static_shapes_fold() -> None:
     nodes = list(iter_nodes(program.body))
     assert not [n for n in nodes if isinstance(n, (If, HostOp))]
     assert [n.target for n in nodes] == ["aten::mul.Scalar"]
+
+
+class _TimeReduction(nn.Module):
+    """torchaudio RNN-T's `_TimeReduction`: frames stacked by twos, the odd last one dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 8)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        input = self.linear(input.unsqueeze(0))
+        B, T, D = input.shape
+        num_frames = T - (T % 2)
+        input = input[:, :num_frames, :]
+        T_max = num_frames // 2
+        output = input.reshape(B, T_max, D * 2)
+        if output.size(0) == 1:  # Emformer's `if B == 1:` padding mask
+            return output * 2.0
+        return output.sum(0, keepdim=True)
+
+
+def test_a_reshape_keeps_the_sizes_it_is_given_as_constants(tmp_path) -> None:
+    # The meta runs that tell which dims are dynamic perturb the frames and the int `T_max` apart,
+    # so the reshape fails at every perturbation; its batch of 1 and width of 16, given as
+    # constants, are still static, and `if B == 1` is decided at export.
+    program = specialize(capture(_TimeReduction()), (torch.randn(14, 4),), ({0: "T"},))
+    reshaped = [n for n in iter_nodes(program.body) if getattr(n, "target", "") == "aten::reshape.default"]
+    assert reshaped[0].outputs[0].type.shape == (1, None, 16)
+    assert not any(isinstance(n, If) for n in iter_nodes(program.body))
+    from .conftest import check_hosts, export_compiled
+
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _TimeReduction(), (torch.randn(14, 4),), "reduction", dynamic_shapes=({0: "T"},)
+    )
+    for frames in (2, 3, 7, 14, 21):
+        check_hosts(scripted, [compiled, python], (torch.randn(frames, 4),))

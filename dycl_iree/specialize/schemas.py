@@ -74,6 +74,22 @@ def call_overload(overload: Any, args: list, kwargs: list, convert: Any, source:
         raise UnsupportedOpError(target, source, detail=f"cannot compute its result type: {error}") from error
 
 
+# Ops whose second argument is the result's shape.
+_SHAPED_BY_ARGUMENT = ("aten::reshape.default", "aten::view.default")
+
+
+def unknown_sizes(target: str, args: list, tensor: torch.Tensor) -> tuple:
+    """The sizes of a result that no perturbed meta run could compute (None: dynamic): every dim,
+    but those a `reshape` or `view` is given as constants. A reshape of `[1, T, 8]` to `[1, T // 2,
+    16]` fails where T and the int T // 2 are perturbed apart (the product no longer matches), and
+    its batch and width, made dynamic, sent the RNN-T's padding-mask branch (`if B == 1`) both ways."""
+    if target in _SHAPED_BY_ARGUMENT and len(args) > 1 and hasattr(args[1], "items"):
+        given = [getattr(item, "value", None) for item in args[1].items]
+        if len(given) == tensor.dim():
+            return tuple(d if isinstance(g, int) and g == d else None for g, d in zip(given, tensor.shape))
+    return tuple(None for _ in tensor.shape)
+
+
 def result_tensors(result: Any, returns: str) -> list[torch.Tensor]:
     if returns == "single":
         return [result]

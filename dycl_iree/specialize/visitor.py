@@ -73,6 +73,7 @@ from .schemas import (
     schema_touches_tensors,
     source_of,
     torch_dtype,
+    unknown_sizes,
 )
 from .selections import Selections
 from .structured import (
@@ -570,7 +571,7 @@ class _Specializer(
                     except Exception:
                         continue
                 else:
-                    perturbed.append([tuple(None for _ in t.shape) for t in results_a])
+                    perturbed.append([unknown_sizes(target, args, t) for t in results_a])
         outputs: list[Value] = []
         for position, tensor in enumerate(results_a):
             shape_a = tuple(int(d) for d in tensor.shape)
