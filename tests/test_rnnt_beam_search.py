@@ -171,8 +171,9 @@ def test_a_number_of_frames_known_only_at_run_time(beam_search, exported_over_fr
 def exported_with_contexts(tmp_path_factory):
     # Emformer RNN-T as published (`emformer_rnnt_base`: frames stacked by 4, segments of 16, a right
     # context of 4 and a left context of 30), at small sizes: frames stacked by 2, segments of 4,
-    # right and left contexts of 4 and a memory of 2 segments (in Emformer's frames: 2, 2, 2). Every
-    # column group of Emformer's mask, its summary rows, and the right context ahead of the utterance.
+    # right and left contexts of 4 and a memory of 2 segments (in Emformer's frames, after the time
+    # reduction: segments of 2, contexts of 2). Every column group of Emformer's mask, its summary
+    # rows, and the right context ahead of the utterance.
     model = _beam_search(
         right_context_length=4, left_context_length=4, max_memory_size=2, time_reduction_stride=2, segment_length=4
     )
