@@ -34,7 +34,6 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.upsample_bilinear2d.default] = upsample_bilinear_as_matmul
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
-    table[aten.avg_pool1d.default] = _avg_pool1d_without_ceil(table.get(aten.avg_pool1d.default))
     table[aten.max_pool2d_with_indices.default] = max_pool_channels_last
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
         table[op] = _filled_unless_static(table.get(op), fill_value)
@@ -452,29 +451,6 @@ def _unit_strides(kernel_size: Any, stride: Any) -> bool:
     return all(step == 1 for step in ([steps] if isinstance(steps, int) else steps))
 
 
-def _avg_pool1d_without_ceil(original: Any) -> Any:
-    """`avg_pool1d` (torch-mlir's decomposition `original`), with `ceil_mode` dropped where it changes
-    nothing: a window of 1 with `ceil_mode=True` over a length known only at run time (Emformer's
-    memory pooling, with a segment of one frame) gave wrong values from IREE, read past the input
-    (README, "Known traps")."""
-
-    def decompose(
-        input: torch.Tensor,
-        kernel_size: Sequence[int],
-        stride: Sequence[int] = (),
-        padding: Sequence[int] = (0,),
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-    ) -> torch.Tensor:
-        if ceil_mode and _unit_strides(kernel_size, stride):
-            ceil_mode = False
-        if original is None:
-            return NotImplemented
-        return original(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
-
-    return decompose
-
-
 def _nchw(nhwc: torch.Tensor) -> torch.Tensor:
     """An NHWC result back in NCHW order AND contiguous, as the op it replaces returns it.
 
@@ -513,7 +489,9 @@ def avg_pool_as_reduction(
     True
     """
     if ceil_mode and _unit_strides(kernel_size, stride):
-        # ceil_mode changes nothing here, and IREE got it wrong (`_avg_pool1d_without_ceil`).
+        # ceil_mode changes nothing here, and over a run-time length torch-mlir and IREE got it
+        # wrong: a window of 1 gave wrong values or one row too many (README, "Known traps";
+        # Emformer's memory pooling with a segment of one frame). `avg_pool1d` comes here too.
         return aten.avg_pool2d.default(input, kernel_size, stride, padding, False, count_include_pad, divisor_override)
     kernel = _tiling_windows(input, kernel_size, stride, padding)
     if kernel is None or divisor_override is not None:
