@@ -156,7 +156,7 @@ class ObservedSizes:
     # The iteration that each enclosing loop's body is typed at; None inside a graph of its own
     # (`visit_function`), whose values the run does not see.
     loop_indices: list[int] | None = None
-    appended: torch._C.Value | None = None  # the output of the `xs.append(x)` being visited
+    appended: torch._C.Value | None = None  # the output of the `xs.append(x)` being visited (`laying_out`)
 
     @contextlib.contextmanager
     def at_iteration(self, index: int) -> Iterator[None]:
@@ -201,17 +201,8 @@ class ObservedSizes:
             if type_ is not None
         )
 
-    @contextlib.contextmanager
-    def appending(self, ts_value: torch._C.Value) -> Iterator[None]:
-        """Meanwhile the lists grown are the model's list after `xs.append(x)` of output `ts_value`."""
-        saved, self.appended = self.appended, ts_value
-        try:
-            yield
-        finally:
-            self.appended = saved
-
     def observed_join(self, dim: int) -> tuple | None:
-        """The sizes of the list being appended to (`appending`), joined along `dim`, after the
+        """The sizes of the list being appended to (`laying_out`), joined along `dim`, after the
         append in the observed run; None where no hint was raised or the run does not say. A list
         grown by pieces of one row is typed by pieces of two (a dim of 1 is typed 2), and summing
         those hints would type Emformer's right context (one row per segment) 4 rows long where

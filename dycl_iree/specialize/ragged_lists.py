@@ -37,13 +37,15 @@ class RaggedLists:
     """Lists of tensors concatenated along one dim, with their sizes (a mixin of the specializer)."""
 
     @contextmanager
-    def laying_out(self, ts_value: torch._C.Value | None) -> Iterator[None]:
-        """`list_layout` decides the form of the model's list `ts_value` meanwhile (None: unknown)."""
-        saved, self.layout_list = self.layout_list, None if ts_value is None else ts_value.unique()
+    def laying_out(self, ts_value: torch._C.Value | None, appended: torch._C.Value | None = None) -> Iterator[None]:
+        """`list_layout` decides the form of the model's list `ts_value` meanwhile (None: unknown);
+        `appended`: the output of the `xs.append(x)` that grows it (`observed.observed_join`)."""
+        saved = self.layout_list, self.appended
+        self.layout_list, self.appended = None if ts_value is None else ts_value.unique(), appended
         try:
             yield
         finally:
-            self.layout_list = saved
+            self.layout_list, self.appended = saved
 
     def dims_of_list(self) -> set[int]:
         """The dims `torch.cat` joins the list being laid out along, where every use of it the

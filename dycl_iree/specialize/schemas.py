@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedOpError
+from ..program import Constant, ListArg
 
 # c10::ScalarType codes as TorchScript stores them in int constants.
 SCALAR_TYPE_CODES = {
@@ -83,8 +84,8 @@ def unknown_sizes(target: str, args: list, tensor: torch.Tensor) -> tuple:
     but those a `reshape` or `view` is given as constants. A reshape of `[1, T, 8]` to `[1, T // 2,
     16]` fails where T and the int T // 2 are perturbed apart (the product no longer matches), and
     its batch and width, made dynamic, sent the RNN-T's padding-mask branch (`if B == 1`) both ways."""
-    if target in _SHAPED_BY_ARGUMENT and len(args) > 1 and hasattr(args[1], "items"):
-        given = [getattr(item, "value", None) for item in args[1].items]
+    if target in _SHAPED_BY_ARGUMENT and len(args) > 1 and isinstance(args[1], ListArg):
+        given = [item.value if isinstance(item, Constant) else None for item in args[1].items]
         if len(given) == tensor.dim():
             return tuple(d if isinstance(g, int) and g == d else None for g, d in zip(given, tensor.shape))
     return tuple(None for _ in tensor.shape)

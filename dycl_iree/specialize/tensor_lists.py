@@ -275,7 +275,7 @@ class TensorLists:
         value per item, a TensorList or RaggedList grows by a `cat`, a host list by a host op
         (`values.append_to_list`). SSA: the list's TorchScript value now means the grown list."""
         items, item = entries
-        with self.laying_out(node.inputsAt(0)), self.appending(node.output()):
+        with self.laying_out(node.inputsAt(0), appended=node.output()):
             grown = append_to_list(self, items, item, source, value_name(node.inputsAt(0)))
         self.bind(node.inputsAt(0), grown)
         self.bind(node.output(), grown)
