@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |panels|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -37,6 +37,8 @@ result sliced after the bias (`decompositions.PADDED_WEIGHT_VIEW` False, `data_t
 512: the form before), the same weights read through a slice of their true columns, so that the
 ops after the matmul fuse into its dispatch, and that with weights padded from rows 1 KiB apart
 (as exported).
+`--compare panels`: large matmul weights as stored (or padded) before, or read as panels of 16
+columns, as exported (`data_tiling.reads_panels`; `PANELS_MIN_WEIGHT_LOG2` 0 before).
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -145,6 +147,10 @@ COMPARISONS = {
         ],
         "the same weights read through a slice": (data_tiling, "PADDED_STRIDE", 512),
         "as exported (padded from rows 1 KiB apart, read through a slice)": (data_tiling, "PADDED_STRIDE", None),
+    },
+    "panels": {
+        "weights as stored or padded (before)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", 0),
+        "as exported (large weights read as panels of 16 columns)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),

@@ -51,10 +51,11 @@ from .errors import CompileError, DyclError
 # `float(x.abs().max())`, returned 0.0 for `torch.tensor(magnitude) * x.sum()`; every IR stage
 # (flow, stream, vm) is right, and with `--iree-hal-indirect-command-buffers=false` (or
 # `--iree-hal-memoization=false`) the result is right (README's traps).
+CHANNELS_LAST = "util.func(iree-preprocessing-convert-conv-to-channels-last)"
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
+    f"{data_tiling.PIPELINE_FLAG}builtin.module({CHANNELS_LAST})",
     "--iree-hal-indirect-command-buffers=false",
     "--iree-input-demote-f64-to-f32=false",
 ]
@@ -120,11 +121,15 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
         if target == "llvm-cpu" and cpu_features.has_avx512():
             flags += data_tiling.compile_flags()  # the matmuls with few rows and a large weight
         elif target == "llvm-cpu" and cpu_features.has_avx2():
-            flags += data_tiling.compile_flags(avx512=False)  # and the register tile of the others
+            # and the register tile and weight panels of the others, in a preprocessing pipeline of its own
+            rule = data_tiling.compile_flags(avx512=False, preprocessing=(CHANNELS_LAST,))
+            pipeline = [flag for flag in rule if flag.startswith(data_tiling.PIPELINE_FLAG)]
+            flags = [pipeline[0] if pipeline and flag.startswith(data_tiling.PIPELINE_FLAG) else flag for flag in flags]
+            flags += [flag for flag in rule if flag not in pipeline]
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")
-    return flags + [f"{THREADS_FLAG}{cpu_threads}"] if flags[: len(_CPU)] == _CPU else flags
+    return flags + [f"{THREADS_FLAG}{cpu_threads}"] if flags[0] == _CPU[0] else flags
 
 
 def cpu_threads_of(flags: list[str]) -> int | None:

@@ -248,7 +248,9 @@ def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tens
     1 KiB apart is stored with zero columns more (`data_tiling.padded_columns`: a constant IREE
     evaluates at compile time) and read through a slice of its true columns (`PADDED_WEIGHT_VIEW`)."""
     columns = matrix.shape[1]
-    padded = data_tiling.padded_columns(rows.shape[0], columns) if cpu_features.avx2_matmul_rule() else columns
+    padded = columns
+    if cpu_features.avx2_matmul_rule():
+        padded = data_tiling.padded_columns(rows.shape[0], matrix.shape[0], columns)
     if padded != columns and PADDED_WEIGHT_VIEW:
         stored = aten.constant_pad_nd(matrix, [0, padded - columns])
         return _with_bias(aten.mm(rows, aten.slice(stored, 1, 0, columns)), bias)

@@ -127,23 +127,49 @@ def _padded_weight_dispatches(configurations: str, weight: str, stored_columns: 
     return [text for text in executables if view in text and f"memref<{rows}x{stored_columns}xf32" in text]
 
 
-def test_avx2_tiles_late_matmuls_six_by_sixteen_over_padded_weights_and_blocks_deep_reductions(
-    monkeypatch,
-) -> None:
+def _panel_lines(configurations: str, weight: str) -> list[str]:
+    """The lines of the contractions that read a `weight` (`512x2048xf32`, K x N) as panels of 16
+    columns (a `linalg.generic` over `128x512x16xf32`)."""
+    depth, columns = weight.removesuffix("xf32").split("x")
+    panels = f"tensor<{int(columns) // 16}x{depth}x16xf32>"
+    return [line for line in configurations.splitlines() if "linalg.generic" in line and panels in line]
+
+
+def test_avx2_reads_late_weights_as_panels_and_blocks_deep_reductions(monkeypatch) -> None:
     # ResNet-50's layer4: 512 -> 2048 channels at 7x7 (49x512 by 512x2048: its weight's rows 8 KiB
-    # apart, stored with 16 columns more) and 2048 -> 64 (49x2048 by 2048x64: a reduction of 2048,
-    # in blocks of 256).
+    # apart, read as 128 panels of 512 x 16) and 2048 -> 64 (49x2048 by 2048x64: 2^17 weights, 4
+    # panels, a reduction of 2048 in blocks of 256).
     _set_cpu(monkeypatch, False, True)
     torch.manual_seed(0)
     configurations = _compiled(WideAndNarrow().eval(), (torch.randn(1, 512, 7, 7),), "executable-configurations")
-    wide = _configuration_lines(configurations, "512x2048xf32")
-    narrow = _configuration_lines(configurations, "2048x64xf32")
+    wide = _panel_lines(configurations, "512x2048xf32")
+    narrow = _panel_lines(configurations, "2048x64xf32")
     assert wide and narrow, configurations
-    assert _padded_weight_dispatches(configurations, "512x2048xf32", 2064), configurations
-    assert "memref<512x2048xf32, #hal" not in configurations  # never read unpadded
-    assert all("vector_common_parallel = [6, 16, 0]" in line for line in wide + narrow), wide + narrow
+    assert "x2064xf32" not in configurations and "linalg.matmul" not in configurations  # neither padded nor plain
+    assert all("vector_common_parallel = [6, 1, 16, 0]" in line for line in wide + narrow), wide + narrow
     assert all("cache_reduction" not in line for line in wide), wide
-    assert all("cache_reduction = [0, 0, 256]" in line for line in narrow), narrow
+    assert all("cache_reduction = [0, 0, 0, 256]" in line for line in narrow), narrow
+
+
+class PaddedWeight(nn.Module):
+    """A 1x1 convolution of 64 -> 256 channels at 8x8 (a 64x64 by 64x256 matmul: rows 1 KiB apart,
+    2^14 weights, too few for panels: stored with 16 columns more)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convolution = nn.Conv2d(64, 256, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.convolution(x))
+
+
+def test_avx2_pads_a_small_weight_whose_rows_share_l1_sets(monkeypatch) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    configurations = _compiled(PaddedWeight().eval(), (torch.randn(1, 64, 8, 8),), "executable-configurations")
+    assert len(_padded_weight_dispatches(configurations, "64x256xf32", 272)) == 1, configurations
+    lines = _configuration_lines(configurations, "64x256xf32")
+    assert lines and all("vector_common_parallel = [6, 16, 0]" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("avx512", [True, False])
@@ -160,16 +186,17 @@ def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx
         assert all("vector_common_parallel = [6, 16, 0]" not in line for line in small)
         assert _configuration_lines(configurations, "256x1024xf32")
     else:
-        expand = _configuration_lines(configurations, "256x1024xf32")
-        assert _padded_weight_dispatches(configurations, "256x1024xf32", 1040)  # rows 4 KiB apart: padded
-        assert expand, configurations
-        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small + expand), small + expand
+        expand = _panel_lines(configurations, "256x1024xf32")  # 2^18 weights: read as panels
+        assert expand and "x1040xf32" not in configurations, configurations
+        assert all("vector_common_parallel = [6, 1, 16, 0]" in line for line in expand), expand
+        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small), small
 
 
 class LateConvolutions(nn.Module):
-    """Convolutions whose matmuls get padded weights with AVX2: 256 -> 1024 channels at 14x14 (196
-    rows), 512 -> 2048 at 7x7 then 2048 -> 512 (49 rows, a reduction in blocks), and a 3x3 stride-2
-    one of 128 -> 512 channels at 14x14 (im2col); and a 1x1 one of 64 channels at 8x8."""
+    """Convolutions whose matmuls read their weights as panels with AVX2: 256 -> 1024 channels at
+    14x14 (196 rows), 512 -> 2048 at 7x7 then 2048 -> 512 with a residual (49 rows, a reduction in
+    blocks), and a 3x3 stride-2 one of 128 -> 512 channels at 14x14 (im2col); and a 1x1 one of 64
+    channels at 8x8 (the 6 x 16 register tile)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -202,13 +229,15 @@ def test_an_avx2_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
     assert bundle.host == "compiled"
     assert "--iree-opt-data-tiling" in json.dumps(bundle.manifest)
     configurations = _compiled(model, examples, "executable-configurations")
-    padded = {"256x1024xf32": 1040, "512x2048xf32": 2064, "2048x512xf32": 528, "1152x512xf32": 528}
-    for weight, stored_columns in padded.items():
-        # Every padded weight is read through a slice, so that the bias, the ReLU or the residual add
-        # after its matmul run in the matmul's dispatch (no slice of the result keeps them out).
-        dispatches = _padded_weight_dispatches(configurations, weight, stored_columns)
-        assert len(dispatches) == 1, (weight, len(dispatches))
-        assert "linalg.generic" in dispatches[0] and "linalg.matmul" in dispatches[0], dispatches[0]
+    for weight in ["256x1024xf32", "512x2048xf32", "2048x512xf32", "1152x512xf32"]:
+        # Every large weight is read as panels, each by one dispatch (the strided convolution's as
+        # im2col's); the packed result is the [M, N] one, so nothing unpacks it.
+        assert len(_panel_lines(configurations, weight)) == 1, weight
+    assert "unpack" not in configurations
+    # The bias, the ReLU and the residual add after each matmul run in its dispatch: every
+    # dispatch is a matmul, a transpose of an input, or a copy of im2col's slices.
+    names = re.findall(r"hal\.executable\.export public @([\w$]+)", configurations)
+    assert all(re.search(r"_(matmul_like|matmul|transpose)_[0-9x]+_f32$|_slow_memcpy$", name) for name in names), names
     run = dycl_iree.load(bundle.save(tmp_path / "late.dycl"))
     with torch.no_grad():
         wants = model(*examples)
