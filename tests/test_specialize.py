@@ -204,3 +204,14 @@ def test_a_reshape_keeps_the_sizes_it_is_given_as_constants(tmp_path) -> None:
     )
     for frames in (2, 3, 7, 14, 21):
         check_hosts(scripted, [compiled, python], (torch.randn(frames, 4),))
+
+
+def test_a_constant_freed_while_typing_never_lends_its_meta_tensor_to_another() -> None:
+    # Constants made while typing (a block of ones folded from a constant width) can be freed before
+    # the next is made, which CPython then often places at the same address: a meta tensor cached by
+    # `id` alone typed Emformer's mask blocks with another block's width, now and then.
+    from dycl_iree.specialize.visitor import _Specializer
+
+    visitor = _Specializer(capture(nn.Identity()))
+    for width in range(1, 64):
+        assert tuple(visitor.meta_constant(torch.ones(2, width)).shape) == (2, width)

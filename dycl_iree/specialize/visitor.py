@@ -141,7 +141,7 @@ class _Specializer(
         self.views: dict[int, ViewLink] = {}
         self.unlinked_views: set[Any] = set()  # the entries of those views made several at once
         self.labels = itertools.count()
-        self.meta_cache: dict[int, torch.Tensor] = {}
+        self.meta_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (constant, meta tensor)
         # (tensor, dim) -> the run-time int it was created with (`torch.zeros(1, n, h)`), so that
         # reading that size back gives the same value: `hx.size() != (1, n, h)` then folds.
         self.dim_sources: dict[tuple[Value, int], Value] = {}
@@ -646,10 +646,9 @@ class _Specializer(
         the `_flat_weights` list `nn.LSTM` / `nn.GRU` / `nn.RNN` pass to `aten::lstm`, whose meta
         kernel refuses weights on another device than its input."""
         if isinstance(value, torch.Tensor):
-            cached = self.meta_cache.get(id(value))
-            if cached is None:
-                cached = self.meta_cache[id(value)] = value.to("meta")
-            return cached
+            if id(value) not in self.meta_cache:  # kept with it: freed, its id could name another constant
+                self.meta_cache[id(value)] = (value, value.to("meta"))
+            return self.meta_cache[id(value)][1]
         if isinstance(value, torch.device):
             return torch.device("meta")
         if isinstance(value, (list, tuple)) and any(isinstance(item, (torch.Tensor, list, tuple)) for item in value):
