@@ -46,7 +46,9 @@ the machine is shared, and wall time counts the other jobs too):
   reduction whole (or in cache blocks of that depth); `AVX2 padded from 512 columns`: weights
   padded from rows 2 KiB apart only (the rule before; as exported from 1 KiB); `AVX2 workgroups of
   32` / `128` / `256 columns`: the register tile's workgroups that wide
-  (`data_tiling.REGISTER_TILE_WORKGROUP_COLUMNS`; 64 as exported);
+  (`data_tiling.REGISTER_TILE_WORKGROUP_COLUMNS`; 64 as exported); `AVX2 no panels`: every weight
+  read as stored or padded (`data_tiling.PANELS_MIN_WEIGHT_LOG2` 0; as exported the large ones are
+  read as panels of 16 columns, `data_tiling.reads_panels`);
   `AVX2 padded weights, result sliced` (`AVX2 im2col, result sliced`): a padded weight multiplied
   whole and its result sliced after the bias (`decompositions.PADDED_WEIGHT_VIEW` False, the form
   before; as exported the weight is read through a slice and the ReLU fuses into the matmul);
@@ -307,6 +309,7 @@ def _variants() -> dict[str, Variant]:
             for depth in (64, 128, 256, 512)
         },
         "AVX2 padded from 512 columns": Variant(avx2, False, True, None, rule=(("PADDED_STRIDE", 512),)),
+        "AVX2 no panels": Variant(avx2, False, True, None, rule=(("PANELS_MIN_WEIGHT_LOG2", 0),)),
         "AVX2 padded weights, result sliced": Variant(avx2, False, True, None, weight_view=False),
         "AVX2 im2col, result sliced": Variant(avx2, False, False, 0, weight_view=False),
         **{

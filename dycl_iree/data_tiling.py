@@ -32,10 +32,13 @@ vectors for 6 broadcasts, as BLAS kernels for AVX2 do), through a `compilation_i
 16 it takes MobileNetV2's 1x1 convolutions of 16-32 channels at 112x112 to 28x28 too, where IREE's
 8 x 8 tile ran 0.76-0.99x as fast as 6 x 16 (12544x16 by 16x96 26.9 -> 32.7 GFLOP/s, 3136x24 by
 24x144 30.0 -> 39.3, 784x192 by 192x32 50.3 -> 63.4; 4 x 16 within 10% of it, 8 x 8, 12 x 8 and
-4 x 24 slower; `benchmarks/conv_shapes.py`). Smaller matmuls keep IREE's choice.
+4 x 24 slower; `benchmarks/conv_shapes.py`). Smaller matmuls keep IREE's choice. Of the
+register-tiled ones, those with a large weight read it as panels of 16 columns (`reads_panels`),
+which the spec packs; the rest read it as stored, padded where its rows would share L1 sets.
 
 The spec is a transform-dialect script, run by IREE's preprocessing
-(`--iree-preprocessing-transform-spec-filename`): it marks the matmuls to data-tile with IREE's
+(`--iree-preprocessing-transform-spec-filename`, or with AVX2 in the preprocessing pipeline, ahead
+of the pass that turns the panels' unpacks into reshapes): it marks the matmuls to data-tile with IREE's
 `iree.opt.data_tiling` hint, and marks every function too: IREE's own hint pass
 (`iree-dispatch-creation-annotate-data-tiling-hints`) leaves a function alone once any op in it
 carries the hint, instead of marking all its matmuls. The weight size is matched as "K >= 2^a and
