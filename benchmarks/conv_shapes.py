@@ -48,7 +48,9 @@ the machine is shared, and wall time counts the other jobs too):
   32` / `128` / `256 columns`: the register tile's workgroups that wide
   (`data_tiling.REGISTER_TILE_WORKGROUP_COLUMNS`; 64 as exported); `AVX2 no panels`: every weight
   read as stored or padded (`data_tiling.PANELS_MIN_WEIGHT_LOG2` 0; as exported the large ones are
-  read as panels of 16 columns, `data_tiling.reads_panels`);
+  read as panels of 16 columns, `data_tiling.reads_panels`); `AVX2 panels in blocks from K1024`
+  (`K2048`): reductions over panels that deep in cache blocks of 256 (`PANELS_BLOCKED_FROM`; as
+  exported, none);
   `AVX2 padded weights, result sliced` (`AVX2 im2col, result sliced`): a padded weight multiplied
   whole and its result sliced after the bias (`decompositions.PADDED_WEIGHT_VIEW` False, the form
   before; as exported the weight is read through a slice and the ReLU fuses into the matmul);
@@ -310,6 +312,12 @@ def _variants() -> dict[str, Variant]:
         },
         "AVX2 padded from 512 columns": Variant(avx2, False, True, None, rule=(("PADDED_STRIDE", 512),)),
         "AVX2 no panels": Variant(avx2, False, True, None, rule=(("PANELS_MIN_WEIGHT_LOG2", 0),)),
+        **{
+            f"AVX2 panels in blocks from K{depth}": Variant(
+                avx2, False, True, None, rule=(("PANELS_BLOCKED_FROM", depth),)
+            )
+            for depth in (1024, 2048)
+        },
         "AVX2 padded weights, result sliced": Variant(avx2, False, True, None, weight_view=False),
         "AVX2 im2col, result sliced": Variant(avx2, False, False, 0, weight_view=False),
         **{
