@@ -109,11 +109,11 @@ PADDING = 16  # one register tile's columns
 # it as panels of 16 columns, [N / 16, K, 16], each panel's rows one after the other: the spec packs
 # the weight (`transform.structured.pack` of N by 16, a constant IREE packs at compile time), and the
 # result, [M, N / 16, 16], is the [M, N] it replaces (`iree-global-opt-simplify-pack-unpack` makes
-# the unpack a reshape; the element-wise ops after the matmul join its dispatch in the packed
-# layout, `data_layout_propagation`). A weight read so is not padded (`padded_columns`): its panels
-# share no L1 sets. Per shape (Conv2d + ReLU, one thread, AVX2, 7 rounds, GFLOP/s, the padded
-# weight before): 196x1024 by 1024x256 58.4 -> 62.5, 196x512 by 512x1024 74.4 -> 80.5, 49x512 by
-# 512x2048 68.2 -> 82.7, 49x320 by 320x1280 68.9 -> 80.0, 784x128 by 128x512 61.8 -> 62.9; smaller
+# the unpack a reshape, and PANEL_EPILOGUES keeps the element-wise ops after the matmul in its
+# dispatch). A weight read so is not padded (`padded_columns`): its panels share no L1 sets. Per
+# shape (Conv2d + ReLU, one thread, AVX2, 7 rounds, GFLOP/s, the weight as stored or padded
+# before): 196x1024 by 1024x256 60.4 -> 68.1, 49x512 by 512x2048 76.1 -> 88.0, 49x1024 by
+# 1024x2048 63.4 -> 76.0, 49x320 by 320x1280 64.6 -> 75.9, 784x128 by 128x512 67.7 -> 72.3; smaller
 # weights or columns that are not a multiple of the workgroup's were slower (3136x256 by 256x64
 # 67.8 -> 65.8, 49x960 by 960x160 76.3 -> 54.1; README, "Weight panels").
 PANEL = 16

@@ -150,6 +150,18 @@ def test_avx2_reads_late_weights_as_panels_whole(monkeypatch) -> None:
     assert all("cache_reduction" not in line for line in wide + narrow), wide + narrow
 
 
+def test_avx2_keeps_a_weight_whose_columns_split_a_workgroup_as_stored(monkeypatch) -> None:
+    # MobileNetV2's 960 -> 160 channels at 7x7: 2^17.2 weights, but 160 columns are 2.5 workgroups
+    # of 64 (as panels: 76.3 -> 54.1 GFLOP/s), so the 6 x 16 register tile reads it as stored.
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    convolution = nn.Conv2d(960, 160, 1).eval()
+    configurations = _compiled(convolution, (torch.randn(1, 960, 7, 7),), "executable-configurations")
+    assert not _panel_lines(configurations, "960x160xf32"), configurations
+    lines = _configuration_lines(configurations, "960x160xf32")
+    assert lines and all("vector_common_parallel = [6, 16, 0]" in line for line in lines), lines
+
+
 class PaddedWeight(nn.Module):
     """A 1x1 convolution of 64 -> 256 channels at 8x8 (a 64x64 by 64x256 matmul: rows 1 KiB apart,
     2^14 weights, too few for panels: stored with 16 columns more)."""
@@ -193,9 +205,9 @@ def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx
 
 class LateConvolutions(nn.Module):
     """Convolutions whose matmuls read their weights as panels with AVX2: 256 -> 1024 channels at
-    14x14 (196 rows), 512 -> 2048 at 7x7 then 2048 -> 512 with a residual (49 rows, a reduction in
-    blocks), and a 3x3 stride-2 one of 128 -> 512 channels at 14x14 (im2col); and a 1x1 one of 64
-    channels at 8x8 (the 6 x 16 register tile)."""
+    14x14 (196 rows), 512 -> 2048 at 7x7 then 2048 -> 512 with a residual (49 rows), and a 3x3
+    stride-2 one of 128 -> 512 channels at 14x14 (im2col); and a 1x1 one of 64 channels at 8x8 (the
+    6 x 16 register tile)."""
 
     def __init__(self) -> None:
         super().__init__()
