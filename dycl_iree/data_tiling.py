@@ -174,12 +174,22 @@ def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGIS
     def sizes(batch: int, *inner: int) -> str:
         return "[" + ", ".join(str(size) for size in [*[batch] * batch_dims, *inner]) + "]"
 
-    reduction = f"cache_reduction = {sizes(0, 0, 0, depth)}, " if depth else ""
-    workgroup = sizes(1, rows, REGISTER_TILE_WORKGROUP_COLUMNS, 0)
+    return _compilation_info(
+        workgroup=sizes(1, rows, REGISTER_TILE_WORKGROUP_COLUMNS, 0),
+        registers=sizes(1, *tile, 0),
+        reduction_step=sizes(0, 0, 0, 8),
+        reduction_block=sizes(0, 0, 0, depth) if depth else None,
+    )
+
+
+def _compilation_info(workgroup: str, registers: str, reduction_step: str, reduction_block: str | None) -> str:
+    """A `compilation_info` of IREE's CPU matmul pipeline from its tile sizes, one per loop: the
+    workgroup's, the register tile's, the reduction's step and (None: whole) its cache blocks."""
+    block = f"cache_reduction = {reduction_block}, " if reduction_block else ""
     return (
         "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
-        f"cache_parallel = {workgroup}, {reduction}distribution = {workgroup}, "
-        f"vector_common_parallel = {sizes(1, *tile, 0)}, vector_reduction = {sizes(0, 0, 0, 8)}>, "
+        f"cache_parallel = {workgroup}, {block}distribution = {workgroup}, "
+        f"vector_common_parallel = {registers}, vector_reduction = {reduction_step}>, "
         "translation_info = #iree_codegen.translation_info<"
         "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>, {enable_loop_peeling}>>"
     )
@@ -243,15 +253,11 @@ def panel_info(rows: int, depth: int = 0) -> str:
     """The `compilation_info` of a matmul packed into weight panels, whose loops are then (M, N / 16,
     16, K): workgroups of `rows` rows and REGISTER_TILE_WORKGROUP_COLUMNS columns, 6 rows x one
     panel in registers, the reduction in blocks of `depth` (0: whole)."""
-    panels = REGISTER_TILE_WORKGROUP_COLUMNS // PANEL
-    workgroup = f"[{rows}, {panels}, {PANEL}, 0]"
-    reduction = f"cache_reduction = [0, 0, 0, {depth}], " if depth else ""
-    return (
-        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
-        f"cache_parallel = {workgroup}, {reduction}distribution = {workgroup}, "
-        f"vector_common_parallel = [{REGISTER_TILE[0]}, 1, {PANEL}, 0], vector_reduction = [0, 0, 0, 8]>, "
-        "translation_info = #iree_codegen.translation_info<"
-        "pipeline = #iree_cpu.pipeline<DoubleTilingExpert>, {enable_loop_peeling}>>"
+    return _compilation_info(
+        workgroup=f"[{rows}, {REGISTER_TILE_WORKGROUP_COLUMNS // PANEL}, {PANEL}, 0]",
+        registers=f"[{REGISTER_TILE[0]}, 1, {PANEL}, 0]",
+        reduction_step="[0, 0, 0, 8]",
+        reduction_block=f"[0, 0, 0, {depth}]" if depth else None,
     )
 
 
