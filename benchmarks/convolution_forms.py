@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |panels|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |panels|tap-tiles|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -39,6 +39,8 @@ ops after the matmul fuse into its dispatch, and that with weights padded from r
 (as exported).
 `--compare panels`: large matmul weights as stored (or padded) before, or read as panels of 16
 columns, as exported (`data_tiling.reads_panels`; `PANELS_MIN_WEIGHT_LOG2` 0 before).
+`--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
+patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -68,7 +70,7 @@ import torch  # noqa: E402
 from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
-from dycl_iree import cpu_features, data_tiling, decompositions, lower, padded_expansion, winograd  # noqa: E402
+from dycl_iree import cpu_features, data_tiling, decompositions, lower, padded_expansion, tap_tiles, winograd  # noqa: E402
 from dycl_iree.bench.outputs import Float64Reference  # noqa: E402
 from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
 from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
@@ -151,6 +153,10 @@ COMPARISONS = {
     "panels": {
         "weights as stored or padded (before)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", 0),
         "as exported (large weights read as panels of 16 columns)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", None),
+    },
+    "tap-tiles": {
+        "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),
+        "as exported (up to 8 pixels of a row x 8 channels)": (tap_tiles, "compile_flags", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),

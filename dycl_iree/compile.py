@@ -24,7 +24,7 @@ import platform
 import re
 from pathlib import Path
 
-from . import cache, cpu_features, data_tiling
+from . import cache, cpu_features, data_tiling, tap_tiles
 from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
@@ -107,7 +107,8 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
     convolution as 8 workgroups. `local-sync`, the runtime's default driver, runs on one thread,
     so 1 is the default (up to 15% faster per zoo model); a bundle for `local-task` should say how many
     workers it will have. On an x86 CPU, `llvm-cpu` data-tiles the matmuls `data_tiling` picks (by
-    one rule with AVX-512, another with AVX2 only, which also sets the register tile of the rest).
+    one rule with AVX-512, another with AVX2 only, which also sets the register tile of the rest, and
+    of depthwise convolutions' taps: `tap_tiles`).
     """
     if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
         raise DyclError(f"cpu_threads must be a positive int, not {cpu_threads!r}")
@@ -125,7 +126,7 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
             rule = data_tiling.compile_flags(avx512=False, preprocessing=(CHANNELS_LAST,))
             pipeline = [flag for flag in rule if flag.startswith(data_tiling.PIPELINE_FLAG)]
             flags = [pipeline[0] if pipeline and flag.startswith(data_tiling.PIPELINE_FLAG) else flag for flag in flags]
-            flags += [flag for flag in rule if flag not in pipeline]
+            flags += [flag for flag in rule if flag not in pipeline] + tap_tiles.compile_flags()
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")

@@ -337,7 +337,7 @@ def compile_flags(avx512: bool = True, preprocessing: tuple[str, ...] = ()) -> l
     and the size bound remove), named by its content, so a changed rule is a changed flag and a
     changed cache key; it is written again if missing when the next compile asks for it."""
     text = spec_text() if avx512 else spec_text(AVX2_MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True)
-    path = _written(text)
+    path = written_spec(text)
     if avx512 or not PANELS_MIN_WEIGHT_LOG2:
         return ["--iree-opt-data-tiling", f"--iree-preprocessing-transform-spec-filename={path}"]
     # The spec runs in the preprocessing pipeline, so that the unpacks it makes become reshapes after it.
@@ -354,10 +354,10 @@ _SIMPLIFY = "util.func(iree-global-opt-simplify-pack-unpack)"
 PANEL_EPILOGUES = "--iree-dispatch-creation-propagate-collapse-across-expands"
 
 
-def _written(text: str) -> Path:
-    """The spec `text` in the temp folder, named by its content."""
+def written_spec(text: str, kind: str = "data-tiling") -> Path:
+    """The spec `text` in the temp folder, named by its `kind` and content."""
     folder = Path(tempfile.gettempdir()) / "dycl_iree-specs"
-    path = folder / f"data-tiling-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir"
+    path = folder / f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")

@@ -1,0 +1,136 @@
+"""The register tile of depthwise convolutions' taps with AVX2 (`dycl_iree.tap_tiles`): a row of
+pixels per tile where the output width has a divisor from 2 to 8, IREE's own tile where it has none
+or where the CPU has AVX-512, and the model still matches PyTorch.
+
+The tile is read from `--compile-to=executable-configurations`, per dispatch; the CPU probes are
+set by the tests, so every side is checked on any x86 machine.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dycl_iree
+from dycl_iree import tap_tiles
+from tests.test_data_tiling import _compiled, _set_cpu
+
+
+class DepthwiseBlock(nn.Module):
+    """torchvision's MobileNetV2 depthwise layer: a 3x3 depthwise Conv2d without bias, BatchNorm2d,
+    ReLU6."""
+
+    def __init__(self, channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, stride, 1, groups=channels, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = nn.ReLU6(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+class Widths(nn.Module):
+    """Depthwise layers whose outputs are 14 pixels wide (stride 1: a tile of 7), 7 wide (stride 2
+    from 14: 7), 16 wide (8, not 4 or 2) and 13 wide (a prime: IREE's tile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.even, self.strided, self.prime = DepthwiseBlock(32, 1), DepthwiseBlock(32, 2), DepthwiseBlock(32, 1)
+        self.eight = DepthwiseBlock(32, 1)
+        for module in self.modules():
+            if isinstance(module, nn.BatchNorm2d):  # statistics of a trained layer, not the identity
+                module.running_mean.uniform_(-1, 1)
+                module.running_var.uniform_(0.5, 2)
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.even(x), self.strided(x), self.prime(y), self.eight(z)
+
+
+def _examples(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.randn(batch, 32, 14, 14), torch.randn(batch, 32, 13, 13), torch.randn(batch, 32, 16, 16)
+
+
+def _tiles(configurations: str) -> dict[str, str]:
+    """Per element-wise dispatch of a depthwise layer's output (`elementwise_..._HxWxC_f32`): its
+    lowering config."""
+    tiles = {}
+    for function in re.split(r"func\.func @", configurations)[1:]:
+        name = re.match(r"\S+?_(elementwise_\w+)\(\)", function)
+        config = re.search(r"lowering_config<[^>]*>", function)
+        if name and config:
+            tiles[name.group(1)] = config.group(0)
+    return tiles
+
+
+def test_pixels_per_tile_is_the_largest_divisor_up_to_eight() -> None:
+    widths = {112: 8, 56: 8, 28: 7, 14: 7, 7: 7, 10: 5, 9: 3, 22: 2, 13: None, 1: None}
+    assert {width: tap_tiles.pixels_per_tile(width) for width in widths} == widths
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_avx2_tiles_the_taps_by_a_divisor_of_their_width(batch: int, monkeypatch) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    tiles = _tiles(_compiled(Widths().eval(), _examples(batch), "executable-configurations"))
+    lead = [1] * batch  # batch 1 folds away: [H, W, C]; batch 2 keeps [N, H, W, C]
+    row = ", ".join(map(str, [*lead, 0, 0]))
+    ours = {name: config for name, config in tiles.items() if f"distribution = [{row}]" in config}
+    shape = "2x" if batch == 2 else ""
+    wanted = {f"{shape}14x14x32": 7, f"{shape}7x7x32": 7, f"{shape}16x16x32": 8}  # stride 1, stride 2, 8 | 16
+    assert len(ours) == len(wanted), tiles
+    for size, pixels in wanted.items():
+        vector = f"vector_common_parallel = [{', '.join(map(str, [*lead, pixels, 8]))}]"
+        assert [config for name, config in ours.items() if name.endswith(f"_{size}_f32") and vector in config], tiles
+    prime = [config for name, config in tiles.items() if "13x13x32" in name or "169x32" in name]
+    assert prime and not any(row in config for config in prime), tiles  # IREE's own tile
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_only_avx2_without_avx512_gets_the_tap_tile(avx512: bool, monkeypatch) -> None:
+    _set_cpu(monkeypatch, avx512, True)
+    from dycl_iree import compile as compile_module
+
+    flags = compile_module.target_flags("llvm-cpu")
+    assert any(flag.startswith("--iree-codegen-tuning-spec-path=") for flag in flags) is not avx512
+    cross = compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
+    assert not any(flag.startswith("--iree-codegen-tuning-spec-path=") for flag in cross)
+
+
+def test_the_spec_parses_and_tries_the_largest_tile_first() -> None:
+    path = Path(tap_tiles.compile_flags()[0].split("=", 1)[1])
+    from iree.compiler.tools import binaries
+
+    command = [binaries.find_tool("iree-opt"), str(path), "-o", "/dev/null"]
+    checked = subprocess.run(command, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    for rank in (3, 4):
+        tried = [int(pixels) for pixels in re.findall(rf"@taps_{rank}d_by_(\d+) ->", path.read_text())]
+        assert tried == list(range(tap_tiles.MAX_COLUMNS, 1, -1))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_an_avx2_depthwise_model_matches_pytorch(batch: int, monkeypatch, tmp_path: Path) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(1)
+    model = Widths().eval()
+    examples = _examples(batch)
+    bundle = dycl_iree.export(model, examples)
+    flags = bundle.manifest["targets"]["llvm-cpu"]["flags"]
+    assert any(flag.startswith("--iree-codegen-tuning-spec-path=") for flag in flags)
+    run = dycl_iree.load(bundle.save(tmp_path / "depthwise.dycl"))
+    with torch.no_grad():
+        wants = [want.numpy() for want in model(*examples)]
+    gots = run(*[example.numpy() for example in examples])
+    for got, want in zip(gots, wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
