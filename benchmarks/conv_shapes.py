@@ -105,6 +105,13 @@ SHAPES = {
     "zoo_3x3_64_8": (64, 64, 8, 3, 1, 1, 1),
     "zoo_3x3_32_16": (32, 32, 16, 3, 1, 1, 1),
     "zoo_3x3_16_32": (16, 16, 32, 3, 1, 1, 1),
+    # Where im2col and Winograd start (`decompositions._im2col_wins`): ResNet-18's layer2.0.conv1,
+    # 64 channels at 28x28 and 14x14, 32 at 56x56
+    "layer2_3x3s2_64_128": (64, 128, 56, 3, 2, 1, 1),
+    "conv_3x3_64_28": (64, 64, 28, 3, 1, 1, 1),
+    "conv_3x3_64_14": (64, 64, 14, 3, 1, 1, 1),
+    "conv_3x3_32_56": (32, 32, 56, 3, 1, 1, 1),
+    "conv_3x3_32_28": (32, 32, 28, 3, 1, 1, 1),
     "layer3_3x3s2_128_256": (128, 256, 28, 3, 2, 1, 1),
     "layer4_3x3s2_256_512": (256, 512, 14, 3, 2, 1, 1),
     "layer4_3x3s2_512_512": (512, 512, 14, 3, 2, 1, 1),
@@ -239,6 +246,7 @@ class Variant(NamedTuple):
     register_tile: tuple[int, int, int] | None = None
     rule: tuple[tuple[str, int], ...] = ()
     weight_view: bool = True
+    im2col: bool | None = None
 
 
 def _variants() -> dict[str, Variant]:
@@ -258,6 +266,9 @@ def _variants() -> dict[str, Variant]:
         "AVX2 as exported": Variant(avx2, False, True, None),
         "AVX2 with IREE's matmul tiles": Variant(avx2, False, False, None),
         "AVX2 im2col": Variant(avx2, False, False, 0),
+        "AVX2 im2col, forced": Variant(avx2, False, True, 0, im2col=True),
+        "AVX2 direct, forced": Variant(avx2, False, True, 0, im2col=False),
+        "AVX2 Winograd F(2x2), as exported otherwise": Variant(avx2, False, True, 2),
         "AVX2 data-tiled": Variant(avx2 + ["--iree-opt-data-tiling"], False, False, None),
         "AVX2 data-tiled + ukernels": Variant(
             avx2 + ["--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all"], False, False, None
@@ -366,6 +377,9 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
     if variant.tile is not None:
         winograd.output_tile = lambda *shape: variant.tile
     decompositions.depthwise_as_taps = lambda *shape: variant.taps
+    saved_im2col = decompositions._im2col_wins
+    if variant.im2col is not None:
+        decompositions._im2col_wins = lambda *shape: variant.im2col
     saved_activated, saved_scaled = lower._activated_depthwise, decompositions.SCALED_TAPS
     saved_view = decompositions.PADDED_WEIGHT_VIEW
     decompositions.SCALED_TAPS = variant.scaled_taps
@@ -387,6 +401,7 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
         data_tiling.compile_flags = saved_tiling
         winograd.output_tile = saved_tile
         decompositions.depthwise_as_taps = saved_taps
+        decompositions._im2col_wins = saved_im2col
         lower._activated_depthwise = saved_activated
         decompositions.SCALED_TAPS = saved_scaled
         decompositions.PADDED_WEIGHT_VIEW = saved_view

@@ -21,9 +21,14 @@ workgroup per dispatch), same measurement, all ten: 1 x 8 pixels x channels 1.32
 that does not divide the width was slower than IREE's (4 x 8 at 14x14x384: 0.173 against 0.146),
 and 8 pixels was as fast as 7 where it divides (56, 112).
 
-The tile is given through a tuning spec (`--iree-codegen-tuning-spec-path`): a transform-dialect
-library whose `__kernel_config` IREE runs on each dispatch before it picks its own configuration.
-It matches an all-parallel op of rank 3 or 4 with at least MIN_INPUTS inputs (the taps of a 3x3
+The tile is a `compilation_info` on the op, which a transform-dialect spec gives it in each
+executable before IREE configures it (`--iree-hal-preprocess-executables-with`, running IREE's
+preprocessing transform interpreter on every executable), as `data_tiling`'s spec gives one to the
+matmuls in preprocessing, where the taps are not yet one op. Not IREE's tuning specs
+(`--iree-codegen-tuning-spec-path`), which do the same: iree-compile 3.13 hung once with one, a
+worker thread waiting forever for the lock of the parsed spec (`IREECodegenDialect::
+getOrLoadTransformLibraryModule`) while no other thread ran (README, Known traps). The spec
+matches an all-parallel op of rank 3 or 4 with at least MIN_INPUTS inputs (the taps of a 3x3
 kernel or larger and their weights: no other op of ResNet-18 or ResNet-50 matches) and the tile
 that divides its width (`transform.iree.match.dim_is_multiple_of`), one matcher per rank and tile,
 the largest tile first.
@@ -35,7 +40,7 @@ Example:
     >>> pixels_per_tile(56), pixels_per_tile(14), pixels_per_tile(13)
     (8, 7, None)
     >>> flag = compile_flags()[0]
-    >>> flag.startswith("--iree-codegen-tuning-spec-path=")
+    >>> flag.startswith("--iree-hal-preprocess-executables-with=")
     True
 """
 
@@ -55,7 +60,7 @@ def pixels_per_tile(width: int) -> int | None:
 
 
 def spec_text() -> str:
-    """The tuning spec: per rank (3, 4) and tile (MAX_COLUMNS pixels down to 2), a matcher of the
+    """The spec: per rank (3, 4) and tile (MAX_COLUMNS pixels down to 2), a matcher of the
     taps whose width that tile divides, and the compilation_info it gives them; IREE takes the first
     pair that matches, so the largest such tile."""
     sequences, pairs = [], []
@@ -79,13 +84,12 @@ def spec_text() -> str:
             )
             pairs.append(f"@taps_{rank}d_by_{pixels} -> @tile_{rank}d_{pixels}")
     entry = ",\n        ".join(pairs)
-    return f"""module attributes {{iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence}} {{
+    return f"""module attributes {{transform.with_named_sequence}} {{
 {chr(10).join(sequences)}
-  transform.named_sequence @__kernel_config(%root: !transform.any_op {{transform.consumed}}) -> !transform.any_op
-      attributes {{iree_codegen.tuning_spec_entrypoint}} {{
-    %result = transform.foreach_match in %root
+  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.consumed}}) {{
+    transform.foreach_match in %root
         {entry} : (!transform.any_op) -> !transform.any_op
-    transform.yield %result : !transform.any_op
+    transform.yield
   }}
 }}
 """
@@ -116,6 +120,10 @@ def _matcher(rank: int, pixels: int) -> str:
 
 
 def compile_flags() -> list[str]:
-    """The iree-compile flag that gives the taps their tile (the spec written by content, as
-    `data_tiling.compile_flags` writes its own)."""
-    return [f"--iree-codegen-tuning-spec-path={written_spec(spec_text(), 'tap-tiles')}"]
+    """The iree-compile flag that gives the taps their tile: the spec (written by content, as
+    `data_tiling.compile_flags` writes its own) run on each executable before IREE configures it."""
+    path = written_spec(spec_text(), "tap-tiles")
+    return [f"{EXECUTABLES_FLAG}builtin.module(iree-preprocessing-transform-interpreter{{transform-spec-path={path}}})"]
+
+
+EXECUTABLES_FLAG = "--iree-hal-preprocess-executables-with="
