@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |panels|tap-tiles|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |panels|tap-tiles|convolution-bounds|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -39,6 +39,8 @@ ops after the matmul fuse into its dispatch, and that with weights padded from r
 (as exported).
 `--compare panels`: large matmul weights as stored (or padded) before, or read as panels of 16
 columns, as exported (`data_tiling.reads_panels`; `PANELS_MIN_WEIGHT_LOG2` 0 before).
+`--compare convolution-bounds`: im2col and Winograd from 128 input channels or 64 at 56x56 output
+pixels (before), or from 128, 64 at 14x14 and 32 at 28x28, as exported (`winograd.outgrows_direct`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
 `--compare ukernels`:
@@ -85,6 +87,11 @@ def _with_all_ukernels(**rule: bool) -> list[str]:
 
 # Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
 # None to keep it), or a list of those.
+def _bounds_before(in_channels: int, pixels: int) -> bool:
+    """`winograd.outgrows_direct` before 32-channel and 14x14 convolutions were measured."""
+    return in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56)
+
+
 COMPARISONS = {
     "winograd": {
         "without Winograd": (winograd, "output_tile", lambda *shape: 0),
@@ -153,6 +160,13 @@ COMPARISONS = {
     "panels": {
         "weights as stored or padded (before)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", 0),
         "as exported (large weights read as panels of 16 columns)": (data_tiling, "PANELS_MIN_WEIGHT_LOG2", None),
+    },
+    "convolution-bounds": {
+        "im2col and Winograd from 128 channels, or 64 at 56x56 (before)": [
+            (decompositions, "outgrows_direct", _bounds_before),
+            (winograd, "outgrows_direct", _bounds_before),
+        ],
+        "as exported (from 128 channels, 64 at 14x14, 32 at 28x28)": (winograd, "outgrows_direct", None),
     },
     "tap-tiles": {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),

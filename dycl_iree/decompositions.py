@@ -21,6 +21,7 @@ import torch
 from . import cpu_features, data_tiling
 from .index_clamping import IN_RANGE
 from .nan_keeping import KEEPING_NAN
+from .winograd import outgrows_direct
 
 aten = torch.ops.aten
 
@@ -141,8 +142,8 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     matmul the same convolution runs at 19-46 (code for znver3, one thread, `benchmarks/
     conv_shapes.py`: ResNet-18's layer3 0.9 -> 19.0 GFLOP/s, layer2 23.8 -> 45.8, layer1 13.3 ->
     22.2). IREE's own im2col of every convolution made SDN-ResNet-56 (8-32 channels at 8x8-32x32)
-    1.7x slower, so only large convolutions take it: from 128 input channels, or 64 at 56x56 and
-    more (ResNet's layer1). No convolution of the zoo does (at most 64 channels, at 8x8). With
+    1.7x slower, so only large convolutions take it (`winograd.outgrows_direct`: from 128 input
+    channels, 64 at 14x14 output pixels, 32 at 28x28). No convolution of the zoo does. With
     AVX-512 the direct convolution is 1.1-1.3x faster than im2col at each of ResNet's shapes, so
     nothing changes there. On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
     channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
@@ -152,8 +153,7 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
         return False
     if not all(isinstance(size, int) for size in spatial):
         return False
-    pixels = (spatial[0] // stride[0]) * (spatial[1] // stride[1])
-    return in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56)
+    return outgrows_direct(in_channels, (spatial[0] // stride[0]) * (spatial[1] // stride[1]))
 
 
 def convolution_as_im2col_matmul(

@@ -173,9 +173,9 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     `benchmarks/conv_shapes.py`, as GFLOP/s of the direct convolution's operations: layer1 49 ->
     89, layer2 42 -> 106, layer3 37 -> 101, layer4 24 -> 52), with a largest error of 4-8e-7 of
     the largest output where the direct convolution's is 0.8-2.2e-6. It takes the same shapes as
-    im2col (from 128 input channels, or 64 at 56x56 and more), so the zoo's convolutions (at most
-    64 channels at 8x8) keep their direct form: there one convolution measured faster too
-    (64 channels at 8x8: 19 -> 53), but not whole models. F(4x4, 3x3) is faster still at 56x56
+    im2col (`outgrows_direct`), so the zoo's convolutions (at most 64 channels at 8x8) keep their
+    direct form: there one convolution measured faster too (64 channels at 8x8: 19 -> 53), but not
+    whole models. F(4x4, 3x3) is faster still at 56x56
     and 28x28 (126 and 151), but its error reaches 1.3e-5 of the largest output (layer4), over
     the exporter's contract of 1e-5. With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s
     (README, performance) and Winograd is unmeasured there, so nothing changes.
@@ -187,5 +187,25 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     """
     if cpu_features.direct_convolutions_fast() or not all(isinstance(size, int) for size in spatial):
         return 0
-    pixels = spatial[0] * spatial[1]
-    return 2 if in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56) else 0
+    return 2 if outgrows_direct(in_channels, spatial[0] * spatial[1]) else 0
+
+
+def outgrows_direct(in_channels: int, pixels: int) -> bool:
+    """Whether a convolution of `in_channels` input channels and `pixels` output pixels takes
+    Winograd (3x3, stride 1) or im2col + matmul (`decompositions._im2col_wins`) on a CPU where IREE's
+    direct convolution is slow (AVX2 without AVX-512): from 128 input channels, from 64 at 14x14
+    pixels, from 32 at 28x28.
+
+    At every shape measured the direct form lost (`benchmarks/conv_shapes.py`, AVX2, one thread,
+    GFLOP/s, direct / im2col + matmul / Winograd F(2x2, 3x3)): 64 -> 128 channels, stride 2, 28x28
+    out (ResNet-18's layer2) 19.7 / 73.3 / -; 64 at 28x28 24.1 / 73.3 / 109.5; 64 at 14x14 4.2 /
+    67.2 / 98.5; 32 at 56x56 24.1 / 63.6 / 85.5; 32 at 28x28 23.4 / 61.1 / 75.5; and at the zoo's
+    sizes too (64 at 8x8 22.7 / 58.5, 32 at 16x16 22.5 / 50.6 / 58.3, 16 at 32x32 22.4 / 41.3 /
+    41.4). The bounds stop short of the zoo's convolutions (at most 64 channels at 8x8, 32-48 at
+    16x16), whose whole models were not measured in the other forms; IREE's own im2col of every
+    convolution made SDN-ResNet-56 1.7x slower.
+
+    >>> outgrows_direct(64, 28 * 28), outgrows_direct(64, 8 * 8), outgrows_direct(32, 16 * 16)
+    (True, False, False)
+    """
+    return in_channels >= 128 or (in_channels >= 64 and pixels >= 14 * 14) or (in_channels >= 32 and pixels >= 28 * 28)

@@ -41,10 +41,16 @@ def _lowered_ops(model: nn.Module, example: torch.Tensor, dynamic_shapes: Any = 
         (128, 14, 3, 1, False, "winograd"),  # many channels, 3x3, stride 1, no AVX-512: F(2x2, 3x3)
         (128, 14, 3, 2, False, "im2col"),  # strided: im2col + matmul
         (128, 14, 5, 1, False, "im2col"),  # not 3x3: im2col + matmul
-        (64, 56, 3, 2, False, "direct"),  # 64 channels at 28x28 output: too few pixels to pay for the copy
+        (64, 56, 3, 2, False, "im2col"),  # ResNet-18's layer2: 64 channels at 28x28 output
         (64, 56, 3, 1, False, "winograd"),  # ResNet's layer1: 64 channels at 56x56
-        (64, 32, 3, 1, False, "direct"),  # the zoo's sizes stay direct
-        (32, 32, 3, 1, False, "direct"),
+        (64, 14, 3, 1, False, "winograd"),  # 64 channels from 14x14
+        (64, 12, 3, 1, False, "direct"),
+        (32, 28, 3, 1, False, "winograd"),  # 32 channels from 28x28
+        (32, 56, 3, 2, False, "im2col"),
+        (32, 26, 3, 1, False, "direct"),
+        (64, 8, 3, 1, False, "direct"),  # the zoo's sizes stay direct: 64 channels at 8x8, 32-48 at 16x16
+        (48, 16, 3, 1, False, "direct"),
+        (16, 32, 3, 1, False, "direct"),
         (128, 14, 3, 1, True, "direct"),  # with AVX-512 IREE's direct convolution (Winograd unmeasured)
     ],
 )
