@@ -3,7 +3,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |panels|tap-tiles|convolution-bounds|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -41,6 +41,8 @@ ops after the matmul fuse into its dispatch, and that with weights padded from r
 columns, as exported (`data_tiling.reads_panels`; `PANELS_MIN_WEIGHT_LOG2` 0 before).
 `--compare convolution-bounds`: im2col and Winograd from 128 input channels or 64 at 56x56 output
 pixels (before), or from 128, 64 at 14x14 and 32 at 28x28, as exported (`winograd.outgrows_direct`).
+`--compare winograd-padding`: Winograd's transformed filter as stored, or padded by 16 columns where
+its rows lie a multiple of 1 KiB apart and read through a slice, as exported (`winograd._padded_view`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
 `--compare ukernels`:
@@ -167,6 +169,10 @@ COMPARISONS = {
             (winograd, "outgrows_direct", _bounds_before),
         ],
         "as exported (from 128 channels, 64 at 14x14, 32 at 28x28)": (winograd, "outgrows_direct", None),
+    },
+    "winograd-padding": {
+        "Winograd's filter as stored": (winograd, "_padded_view", lambda transformed, tiles: transformed),
+        "as exported (padded where its rows are 1 KiB apart)": (winograd, "_padded_view", None),
     },
     "tap-tiles": {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),

@@ -146,17 +146,20 @@ def reads_panels(rows: object, depth: int, columns: int) -> bool:
     )
 
 
-def padded_columns(rows: object, depth: int, columns: int) -> int:
-    """The columns a `depth` x `columns` matmul weight is stored with under the AVX2 rule, for a
-    matmul of `rows` rows (a static size from the register tile's least rows up: those with fewer,
+def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> int:
+    """The columns a `depth` x `columns` weight of a matmul (`op`; or each batch's of a
+    `linalg.batch_matmul`, Winograd's transformed filter) is stored with under the AVX2 rule, for
+    `rows` rows (a static size from the register tile's least rows of that op up: those with fewer,
     or a size known only at run time, keep IREE's tiles or are data-tiled, and read it as it is; a
-    weight read as panels, `reads_panels`, is not padded either).
+    matmul weight read as panels, `reads_panels`, is not padded either).
 
     >>> padded_columns(3136, 64, 256), padded_columns(49, 512, 2048), padded_columns(1, 64, 256)
     (272, 2048, 256)
+    >>> padded_columns(16, 512, 512, "linalg.batch_matmul"), padded_columns(16, 512, 512)
+    (528, 512)
     """
-    least_rows = min(REGISTER_TILE_ROWS["linalg.matmul"])[0]
-    if reads_panels(rows, depth, columns):
+    least_rows = min(REGISTER_TILE_ROWS[op])[0]
+    if op == "linalg.matmul" and reads_panels(rows, depth, columns):
         return columns
     if PADDED_STRIDE and isinstance(rows, int) and rows >= least_rows and columns % PADDED_STRIDE == 0:
         return columns + PADDING

@@ -326,3 +326,38 @@ def test_avx2_gives_matmuls_of_sixteen_channels_the_register_tile(monkeypatch) -
     assert sixteen and eight, matmuls
     assert all("vector_common_parallel = [6, 16, 0]" in line for line in sixteen), sixteen
     assert all("vector_common_parallel = [6, 16, 0]" not in line for line in eight), eight
+
+
+class WinogradWidths(nn.Module):
+    """ResNet's 3x3 convolutions written as Winograd's F(2x2, 3x3) without AVX-512: 256 channels at
+    14x14 (a batch matmul of 49 tiles by a 256x256 transformed filter per position, rows 1 KiB apart:
+    stored padded) and 128 at 14x14 (rows 512 bytes apart: as stored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Conv2d(256, 256, 3, padding=1)
+        self.narrow = nn.Conv2d(128, 128, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(self.wide(x)), torch.relu(self.narrow(y))
+
+
+def test_avx2_stores_winograds_filter_padded_where_its_rows_share_l1_sets(monkeypatch, tmp_path: Path) -> None:
+    _set_cpu(monkeypatch, False, True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
+    torch.manual_seed(0)
+    model = WinogradWidths().eval()
+    examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 128, 14, 14))
+    sources = _compiled(model, examples, "executable-sources")
+    weights = {}
+    for function in re.split(r"func\.func @", sources)[1:]:
+        if re.match(r"\S+_batch_matmul_", function):
+            loads = re.findall(r"readonly:tensor<16x(\d+)x(\d+)xf32>> -> tensor<16x\d+x(\d+)xf32>", function)
+            # the filter [16, C, F] (its stored and read columns), not the 49 tiles' activations [16, 49, C]
+            weights.update({int(read): int(stored) for depth, stored, read in loads if depth != "49"})
+    assert weights == {256: 272, 128: 128}, weights  # the bmm reads 256 of 272 stored columns
+    run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "winograd.dycl"))
+    with torch.no_grad():
+        wants = [want.numpy() for want in model(*examples)]
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
