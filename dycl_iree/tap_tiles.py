@@ -15,11 +15,11 @@ divisor from 2 to 8 keeps IREE's tile). Each workgroup takes one output row
 MobileNetV2's depthwise dispatches, AVX2 (Zen 3), one thread, ms per call, best of 3 profiles
 (IREE's tile -> this one): 112x112x32 0.289 -> 0.156, 56x56x96 (stride 2) 0.314 -> 0.179,
 56x56x144 0.290 -> 0.145, 28x28x192 0.169 -> 0.097, 14x14x384 0.158 -> 0.113, 7x7x960 0.155 ->
-0.058; all ten together 1.65 -> 0.93 ms, of the model's ~9.7. Fixed tiles for every width (in one
-workgroup per dispatch), same measurement, all ten: 1 x 8 pixels x channels 1.32 ms, 2 x 8 1.12, 4 x 8 1.10,
-8 x 8 1.16, 7 x 8 (which divides every MobileNetV2 width) 0.89, 2 x 16 1.14, 4 x 16 1.09: a tile
-that does not divide the width was slower than IREE's (4 x 8 at 14x14x384: 0.173 against 0.146),
-and 8 pixels was as fast as 7 where it divides (56, 112).
+0.058; all ten together 1.65 -> 0.93 ms, of the model's ~9.7. One tile for every width (in one
+workgroup per dispatch), same measurement, all ten: 1 x 8 pixels x channels 1.32 ms, 2 x 8 1.12,
+4 x 8 1.10, 8 x 8 1.16, 7 x 8 (which divides every MobileNetV2 width) 0.89, 2 x 16 1.14, 4 x 16
+1.09: a tile that does not divide the width was slower than IREE's (4 x 8 at 14x14x384: 0.173
+against 0.146), and 8 pixels was as fast as 7 where it divides (56, 112).
 
 The tile is a `compilation_info` on the op, which a transform-dialect spec gives it in each
 executable before IREE configures it (`--iree-hal-preprocess-executables-with`, running IREE's
@@ -31,7 +31,9 @@ getOrLoadTransformLibraryModule`) while no other thread ran (README, Known traps
 matches an all-parallel op of rank 3 or 4 with at least MIN_INPUTS inputs (the taps of a 3x3
 kernel or larger and their weights: no other op of ResNet-18 or ResNet-50 matches) and the tile
 that divides its width (`transform.iree.match.dim_is_multiple_of`), one matcher per rank and tile,
-the largest tile first.
+the largest tile first, and only in a dispatch whose one linalg op it is: an element-wise op that
+shares its dispatch with another (a pooling it reads, in the early-exit ResNet-50's heads) is not
+that dispatch's root, and a second `compilation_info` there failed iree-compile's pipeline.
 
 Only for `llvm-cpu` on an x86 CPU with AVX2 and without AVX-512 (`compile.target_flags`), where it
 was measured; AVX-512 (16-float vectors) and cross-compiled targets keep IREE's tile.
@@ -49,7 +51,7 @@ from __future__ import annotations
 from .data_tiling import written_spec
 
 MAX_COLUMNS = 8  # pixels of a tile along the row
-MIN_INPUTS = 10
+MIN_INPUTS = 10  # 3x3 taps and their 9 weight vectors are 18 inputs; 1x3 ones 6
 CHANNELS = 8  # one AVX2 vector of float32
 
 
@@ -83,12 +85,28 @@ def spec_text() -> str:
   }}"""
             )
             pairs.append(f"@taps_{rank}d_by_{pixels} -> @tile_{rank}d_{pixels}")
-    entry = ",\n        ".join(pairs)
+    entry = ",\n            ".join(pairs)
+    # Only in a dispatch whose one linalg op is the taps: one with another (a pooling whose result the
+    # element-wise op reads: the early-exit ResNet-50's heads) has its own root, and a second
+    # compilation_info fails its pipeline ("failed to build pass pipeline").
     return f"""module attributes {{transform.with_named_sequence}} {{
 {chr(10).join(sequences)}
-  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.consumed}}) {{
-    transform.foreach_match in %root
-        {entry} : (!transform.any_op) -> !transform.any_op
+  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
+    %functions = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %functions : !transform.any_op {{
+    ^bb0(%function: !transform.any_op):
+      transform.sequence %function : !transform.any_op failures(suppress) {{
+      ^bb1(%alone: !transform.any_op):
+        %linalg = transform.structured.match interface{{LinalgOp}} in %alone : (!transform.any_op) -> !transform.any_op
+        // A silenceable failure unless there is exactly one, which leaves the handles after it empty
+        // (the sequence goes on: ops do not stop it by failing).
+        %single = transform.split_handle %linalg : (!transform.any_op) -> !transform.any_op
+        %parent = "transform.get_parent_op"(%single) <{{nth_parent = 1 : i64}}>
+            : (!transform.any_op) -> !transform.any_op
+        transform.foreach_match in %parent
+            {entry} : (!transform.any_op) -> !transform.any_op
+      }}
+    }}
     transform.yield
   }}
 }}

@@ -149,7 +149,8 @@ def convolution_with_transformed_filter(
         columns = [aten.slice(row, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)]
         for b in range(alpha):
             positions.append(_combination(b_t[b], columns).reshape(1, batch * tiles_h * tiles_w, channels))
-    products = aten.bmm(aten.cat(positions, 0), _padded_view(transformed, batch * tiles_h * tiles_w))
+    tiles = batch * tiles_h * tiles_w
+    products = aten.bmm(aten.cat(positions, 0), _padded_view(transformed, tiles))  # [alpha^2, tiles, F]
     products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, out_channels)
     partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
     out_rows = []
@@ -175,10 +176,10 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     the largest output where the direct convolution's is 0.8-2.2e-6. It takes the same shapes as
     im2col (`outgrows_direct`), so the zoo's convolutions (at most 64 channels at 8x8) keep their
     direct form: there one convolution measured faster too (64 channels at 8x8: 19 -> 53), but not
-    whole models. F(4x4, 3x3) is faster still at 56x56
-    and 28x28 (126 and 151), but its error reaches 1.3e-5 of the largest output (layer4), over
-    the exporter's contract of 1e-5. With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s
-    (README, performance) and Winograd is unmeasured there, so nothing changes.
+    whole models. F(4x4, 3x3) is faster still at 56x56 and 28x28 (126 and 151), but its error
+    reaches 1.3e-5 of the largest output (layer4), over the exporter's contract of 1e-5. With
+    AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s (README, performance) and Winograd is
+    unmeasured there, so nothing changes.
 
     >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.direct_convolutions_fast() else 2)
     True

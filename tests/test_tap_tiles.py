@@ -134,3 +134,34 @@ def test_an_avx2_depthwise_model_matches_pytorch(batch: int, monkeypatch, tmp_pa
     gots = run(*[example.numpy() for example in examples])
     for got, want in zip(gots, wants, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+class PooledThenScaled(nn.Module):
+    """An average pooling whose result an element-wise op of ten inputs reads (nine per-pixel
+    weights): IREE fuses both into one dispatch, whose root is the pooling, as in the early-exit
+    ResNet-50's heads. The spec must leave that element-wise op alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = nn.Parameter(torch.randn(9, 64, 4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = nn.functional.avg_pool2d(x, 3, 3)
+        out = pooled * self.weights[0]
+        for index in range(1, 9):
+            out = out * self.weights[index] + pooled
+        return out
+
+
+def test_an_element_wise_op_that_shares_its_dispatch_keeps_irees_tile(monkeypatch, tmp_path: Path) -> None:
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    model = PooledThenScaled().eval()
+    example = torch.randn(1, 64, 14, 14)
+    configurations = _compiled(model, (example,), "executable-configurations")
+    assert "distribution = [1, 0, 0]" not in configurations
+    assert "distribution = [1, 1, 0, 0]" not in configurations
+    run = dycl_iree.load(dycl_iree.export(model, (example,)).save(tmp_path / "pooled.dycl"))
+    with torch.no_grad():
+        want = model(example).numpy()
+    np.testing.assert_allclose(run(example.numpy()), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
