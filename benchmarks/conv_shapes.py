@@ -27,7 +27,10 @@ the machine is shared, and wall time counts the other jobs too):
 - `AVX2 data-tiled` / `+ ukernels`: every matmul data-tiled (`--iree-opt-data-tiling`), with
   IREE's mmt4d ukernels too (`--iree-llvmcpu-enable-ukernels=all`), measured and not taken;
 - `AVX2 im2col`: the same without Winograd (the form before it); `AVX-512 direct`: the AVX-512
-  column without Winograd;
+  column without Winograd; `AVX2 im2col, forced` / `AVX2 direct, forced`: the AVX2 rule without
+  Winograd and every convolution as im2col + matmul, or as IREE's direct convolution, whatever
+  `decompositions._im2col_wins` would pick (where im2col and Winograd start); `AVX2 Winograd
+  F(2x2), as exported otherwise`: every 3x3 stride-1 convolution as Winograd, with the AVX2 rule;
 - `... Winograd F(2x2)` / `F(4x4)`: every 3x3 stride-1 convolution as Winograd with that output
   tile (`winograd.convolution_with_transformed_filter`), whatever `output_tile` would pick;
 - `AVX2 as exported + mmt4d ukernel` / `+ all ukernels` / `+ dispatch-creation data tiling` /

@@ -3,7 +3,8 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded
+                   |padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -87,13 +88,13 @@ def _with_all_ukernels(**rule: bool) -> list[str]:
     return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
 
 
-# Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
-# None to keep it), or a list of those.
 def _bounds_before(in_channels: int, pixels: int) -> bool:
     """`winograd.outgrows_direct` before 32-channel and 14x14 convolutions were measured."""
     return in_channels >= 128 or (in_channels >= 64 and pixels >= 56 * 56)
 
 
+# Per comparison, its forms: the baseline first, each as (module, attribute, value patched in, or
+# None to keep it), or a list of those.
 COMPARISONS = {
     "winograd": {
         "without Winograd": (winograd, "output_tile", lambda *shape: 0),

@@ -18,11 +18,12 @@ import torch
 from torch import nn
 
 import dycl_iree
+from dycl_iree import compile as compile_module
 from dycl_iree import tap_tiles
 from tests.test_data_tiling import _compiled, _set_cpu
 
 
-class DepthwiseBlock(nn.Module):
+class MobileNetDepthwise(nn.Module):
     """torchvision's MobileNetV2 depthwise layer: a 3x3 depthwise Conv2d without bias, BatchNorm2d,
     ReLU6."""
 
@@ -42,8 +43,8 @@ class Widths(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.even, self.strided, self.prime = DepthwiseBlock(32, 1), DepthwiseBlock(32, 2), DepthwiseBlock(32, 1)
-        self.eight = DepthwiseBlock(32, 1)
+        self.even, self.strided = MobileNetDepthwise(32, 1), MobileNetDepthwise(32, 2)
+        self.prime, self.eight = MobileNetDepthwise(32, 1), MobileNetDepthwise(32, 1)
         for module in self.modules():
             if isinstance(module, nn.BatchNorm2d):  # statistics of a trained layer, not the identity
                 module.running_mean.uniform_(-1, 1)
@@ -87,7 +88,8 @@ def test_avx2_tiles_the_taps_by_a_divisor_of_their_width(batch: int, monkeypatch
     row = ", ".join(map(str, [*lead, 0, 0]))
     ours = {name: config for name, config in tiles.items() if f"distribution = [{row}]" in config}
     shape = "2x" if batch == 2 else ""
-    wanted = {f"{shape}14x14x32": 7, f"{shape}7x7x32": 7, f"{shape}16x16x32": 8}  # stride 1, stride 2, 8 | 16
+    # stride 1 at 14 wide, stride 2 to 7 wide, 16 wide (8 divides it, so not 4 or 2)
+    wanted = {f"{shape}14x14x32": 7, f"{shape}7x7x32": 7, f"{shape}16x16x32": 8}
     assert len(ours) == len(wanted), tiles
     for size, pixels in wanted.items():
         vector = f"vector_common_parallel = [{', '.join(map(str, [*lead, pixels, 8]))}]"
@@ -99,8 +101,6 @@ def test_avx2_tiles_the_taps_by_a_divisor_of_their_width(batch: int, monkeypatch
 @pytest.mark.parametrize("avx512", [True, False])
 def test_only_avx2_without_avx512_gets_the_tap_tile(avx512: bool, monkeypatch) -> None:
     _set_cpu(monkeypatch, avx512, True)
-    from dycl_iree import compile as compile_module
-
     flags = compile_module.target_flags("llvm-cpu")
     assert any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in flags) is not avx512
     cross = compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
