@@ -63,11 +63,11 @@ def _examples(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _tiles(configurations: str) -> dict[str, str]:
-    """Per element-wise dispatch of a depthwise layer's output (`elementwise_..._HxWxC_f32`): its
+    """Per element-wise dispatch (`..._dispatch_N_elementwise_..._HxWxC_f32`, by its whole name): its
     lowering config."""
     tiles = {}
     for function in re.split(r"func\.func @", configurations)[1:]:
-        name = re.match(r"\S+?_(elementwise_\w+)\(\)", function)
+        name = re.match(r"(\S+?_elementwise_\w+)\(\)", function)
         config = re.search(r"lowering_config<[^>]*>", function)
         if name and config:
             tiles[name.group(1)] = config.group(0)
@@ -122,6 +122,7 @@ def test_the_spec_parses_and_tries_the_largest_tile_first() -> None:
 @pytest.mark.parametrize("batch", [1, 2])
 def test_an_avx2_depthwise_model_matches_pytorch(batch: int, monkeypatch, tmp_path: Path) -> None:
     _set_cpu(monkeypatch, False, True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
     torch.manual_seed(1)
     model = Widths().eval()
     examples = _examples(batch)
@@ -155,6 +156,7 @@ class PooledThenScaled(nn.Module):
 
 def test_an_element_wise_op_that_shares_its_dispatch_keeps_irees_tile(monkeypatch, tmp_path: Path) -> None:
     _set_cpu(monkeypatch, False, True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
     torch.manual_seed(0)
     model = PooledThenScaled().eval()
     example = torch.randn(1, 64, 14, 14)
@@ -165,3 +167,30 @@ def test_an_element_wise_op_that_shares_its_dispatch_keeps_irees_tile(monkeypatc
     with torch.no_grad():
         want = model(example).numpy()
     np.testing.assert_allclose(run(example.numpy()), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_every_depthwise_layer_of_mobilenet_v2_takes_the_tile_and_it_matches_pytorch(monkeypatch, tmp_path) -> None:
+    """torchvision's MobileNetV2 layout (`models/imagenet.py`, width 0.25 to keep the compile short)
+    at 224x224: its 17 depthwise layers run at widths 112 to 7 (IREE compiles the same shapes once),
+    and the dispatch of each output shape gets the tile its width takes."""
+    from models import imagenet
+
+    _set_cpu(monkeypatch, False, True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
+    model, example = imagenet.mobilenet_v2(width_multiplier=0.25)
+    model = model.eval()
+    shapes = set()
+    depthwise = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups > 1]
+    hooks = [m.register_forward_hook(lambda _, __, out: shapes.add(tuple(out.shape[1:]))) for m in depthwise]
+    with torch.no_grad():
+        want = model(*example).numpy()
+    for hook in hooks:
+        hook.remove()
+    tiles = _tiles(_compiled(model, example, "executable-configurations"))
+    assert len(depthwise) == 17 and {width for _, _, width in shapes} == {112, 56, 28, 14, 7}, shapes
+    for channels, height, width in shapes:
+        configs = [config for name, config in tiles.items() if name.endswith(f"_{height}x{width}x{channels}_f32")]
+        vector = f"vector_common_parallel = [1, {tap_tiles.pixels_per_tile(width)}, 8]"
+        assert configs and all("distribution = [1, 0, 0]" in c and vector in c for c in configs), (width, tiles)
+    run = dycl_iree.load(dycl_iree.export(model, example).save(tmp_path / "mobilenet.dycl"))
+    np.testing.assert_allclose(run(example[0].numpy()), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
