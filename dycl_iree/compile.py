@@ -52,6 +52,19 @@ from .errors import CompileError, DyclError
 # (flow, stream, vm) is right, and with `--iree-hal-indirect-command-buffers=false` (or
 # `--iree-hal-memoization=false`) the result is right (README's traps).
 CHANNELS_LAST = "util.func(iree-preprocessing-convert-conv-to-channels-last)"
+# The compiled host's branches as blocks (`target_flags(..., branches_as_blocks=True)`), last in
+# the preprocessing pipeline. IREE 3.13 moves work on constants (a weight's packing for data tiling,
+# a transpose) out of the call into an initializer only where the constant and the op that uses it
+# share a region (`ConstExprAnalysis`). The constants sit at the top of `main`, and the segments
+# inlined into its `scf.if`s use them there; so that work ran at every call on the compiled host,
+# and the weights were stored twice, raw for `main` and packed for the segments. The early-exit
+# ResNet-50 packed weights for 7 ms per call behind its second exit (103 -> 94 ms as blocks; its
+# vmfb 359 -> 245 MB). Blocks share the function's region. Loops stay `scf.while`: IREE 3.13 sizes
+# a tensor that grows around a block loop wrongly (`hal.buffer_view.create`: "buffer view byte length
+# 96 exceeds backing buffer byte length 48", tests/test_branch_tuples.py's TensorsReturnedFromLoop),
+# and the pass converts every `scf` op of a function, so a program whose `main` loops keeps its
+# regions (`pipeline.branches_as_blocks`).
+AS_BLOCKS = "util.func(iree-top-level-scf-to-cfg)"
 _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
@@ -98,8 +111,9 @@ TARGET_DRIVERS = {
 }
 
 
-def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
-    """iree-compile flags for a target name; CPU code is tiled for `cpu_threads` threads.
+def target_flags(target: str, cpu_threads: int = 1, branches_as_blocks: bool = False) -> list[str]:
+    """iree-compile flags for a target name; CPU code is tiled for `cpu_threads` threads, and the
+    compiled host's branches become blocks with `branches_as_blocks` (`AS_BLOCKS`).
 
     IREE splits every CPU dispatch into workgroups for the threads it expects at run time (8 unless
     told), and narrows its vectors to make enough of them: SkipNet-RNN's 16-channel global average
@@ -130,7 +144,22 @@ def target_flags(target: str, cpu_threads: int = 1) -> list[str]:
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")
+    flags = _ending_with_blocks(flags) if branches_as_blocks else flags
     return flags + [f"{THREADS_FLAG}{cpu_threads}"] if flags[0] == _CPU[0] else flags
+
+
+def _ending_with_blocks(flags: list[str]) -> list[str]:
+    """The flags with `AS_BLOCKS` last in the preprocessing pipeline (one made for it if none).
+
+    >>> _ending_with_blocks(["--iree-preprocessing-pass-pipeline=builtin.module(a)", "-b"])
+    ['--iree-preprocessing-pass-pipeline=builtin.module(a,util.func(iree-top-level-scf-to-cfg))', '-b']
+    >>> _ending_with_blocks(["-b"])
+    ['-b', '--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-top-level-scf-to-cfg))']
+    """
+    pipeline = data_tiling.PIPELINE_FLAG
+    if not any(flag.startswith(pipeline) for flag in flags):
+        return [*flags, f"{pipeline}builtin.module({AS_BLOCKS})"]
+    return [f"{flag[:-1]},{AS_BLOCKS})" if flag.startswith(pipeline) else flag for flag in flags]
 
 
 def cpu_threads_of(flags: list[str]) -> int | None:
@@ -227,13 +256,18 @@ def workaround_for(diagnostic: str) -> str | None:
 
 
 def compile_module(
-    bytecode: bytes, target: str, cpu_threads: int = 1, use_cache: bool = True, extra_flags: tuple[str, ...] = ()
+    bytecode: bytes,
+    target: str,
+    cpu_threads: int = 1,
+    use_cache: bool = True,
+    extra_flags: tuple[str, ...] = (),
+    branches_as_blocks: bool = False,
 ) -> bytes:
     """Compile torch-dialect MLIR bytecode for `target` (with `extra_flags` after the target's own);
     reuse a cached vmfb when there is one."""
     import iree.compiler as iree_compiler
 
-    flags = target_flags(target, cpu_threads) + list(extra_flags)
+    flags = target_flags(target, cpu_threads, branches_as_blocks) + list(extra_flags)
     version = getattr(iree_compiler, "__version__", "") or _compiler_version()
     key = hashlib.sha256()
     key.update(bytecode)

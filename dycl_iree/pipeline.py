@@ -137,6 +137,7 @@ def export(
     name_module(lowered, module_name)
     python_source = stage("hosts", lambda: synthesize_python(program))
     unsupported, main_text = stage("hosts", lambda: _add_compiled_host(program, lowered))
+    blocks = branches_as_blocks(main_text)
 
     def compile_all(extra: tuple[str, ...] = ()) -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
@@ -145,7 +146,7 @@ def export(
             say(f"compiling for {target} (iree-compile)")
             vmfbs[target] = stage(
                 f"compile[{target}]",
-                lambda: compile_module(bytecode, target, cpu_threads, use_cache=cache, extra_flags=extra),
+                lambda: compile_module(bytecode, target, cpu_threads, cache, extra, branches_as_blocks=blocks),
             )
         return vmfbs
 
@@ -168,6 +169,7 @@ def export(
     if failure is not None:
         # The segments compile without `main` (checked next), so only the compiled host is at fault.
         remove_main(lowered)
+        blocks = False
         unsupported = "iree-compile rejected the compiled host: " + compiled_host_failure(failure, main_text) + retried
         try:
             compiled = compile_all()
@@ -180,7 +182,7 @@ def export(
     files[PYTHON_HOST] = relative(python_source).encode()
     files[PROGRAM_TEXT] = relative(program_text(program)).encode()
     target_entries = {
-        target: {"file": vmfb_file_name(target), "flags": target_flags(target, cpu_threads) + list(extra)}
+        target: {"file": vmfb_file_name(target), "flags": target_flags(target, cpu_threads, blocks) + list(extra)}
         for target in compiled
     }
     if "llvm-cpu" in target_entries:  # this machine's CPU: a runtime picks the vmfb for the CPU it runs on
@@ -228,6 +230,21 @@ def _export_cache_on() -> bool:
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def branches_as_blocks(main_text: str) -> bool:
+    """Whether `main` (its MLIR text; "" where there is none) branches and never loops: its branches
+    are then compiled as blocks, so that IREE packs their weights once, not at every call
+    (`compile.AS_BLOCKS`, which says why a loop keeps them structured).
+
+    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.int) {")
+    True
+    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.int) { %l:2 = scf.while (")
+    False
+    >>> branches_as_blocks("")
+    False
+    """
+    return "torch.prim.If" in main_text and "scf.while" not in main_text
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | None, str]:
