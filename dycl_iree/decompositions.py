@@ -426,11 +426,18 @@ def _interpolation_matrix(
 
 
 def _tiling_windows(
-    input: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Any, dilation: Any = 1
+    input: torch.Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Any,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
 ) -> tuple[int, int] | None:
-    """(kernel_h, kernel_w) when a 2-D pooling's windows tile its input exactly: stride equal to
-    the kernel, no padding or dilation, static sizes divisible by the kernel (ceil_mode then
-    changes nothing); else None."""
+    """(kernel_h, kernel_w) when a 2-D pooling's windows tile its input, or its input without the
+    last rows and columns no window reads: stride equal to the kernel, no padding or dilation,
+    static sizes at least the kernel's, and sizes divisible by the kernel unless `ceil_mode` is off
+    (SDN's classifier pools 14x14 by 3 into 4x4, and row 13 and column 13 are read by none); else
+    None."""
     if input.dim() != 4 or not all(isinstance(size, int) for size in input.shape[2:]):
         return None
 
@@ -441,7 +448,10 @@ def _tiling_windows(
     stride = pair(stride) if stride else kernel
     if stride != kernel or any(pair(padding)) or pair(dilation) != [1, 1]:
         return None
-    if input.shape[2] % kernel[0] or input.shape[3] % kernel[1]:
+    height, width = input.shape[2:]
+    if height < kernel[0] or width < kernel[1]:
+        return None
+    if ceil_mode and (height % kernel[0] or width % kernel[1]):
         return None
     return kernel[0], kernel[1]
 
@@ -466,9 +476,16 @@ def _nchw(nhwc: torch.Tensor) -> torch.Tensor:
 
 
 def _windows_nhwc(input: torch.Tensor, kernel_h: int, kernel_w: int) -> torch.Tensor:
+    """The windows of `_tiling_windows` as [N, H / kh, kh, W / kw, kw, C], without the rows and
+    columns past the last whole window."""
     batch, channels, height, width = input.shape
+    out_h, out_w = height // kernel_h, width // kernel_w
     nhwc = aten.permute(input, [0, 2, 3, 1])
-    return nhwc.reshape(batch, height // kernel_h, kernel_h, width // kernel_w, kernel_w, channels)
+    if height % kernel_h:
+        nhwc = aten.slice(nhwc, 1, 0, out_h * kernel_h)
+    if width % kernel_w:
+        nhwc = aten.slice(nhwc, 2, 0, out_w * kernel_w)
+    return nhwc.reshape(batch, out_h, kernel_h, out_w, kernel_w, channels)
 
 
 def avg_pool_as_reduction(
@@ -495,7 +512,7 @@ def avg_pool_as_reduction(
         # wrong: a window of 1 gave wrong values or one row too many (README, "Known traps";
         # Emformer's memory pooling with a segment of one frame). `avg_pool1d` comes here too.
         return aten.avg_pool2d.default(input, kernel_size, stride, padding, False, count_include_pad, divisor_override)
-    kernel = _tiling_windows(input, kernel_size, stride, padding)
+    kernel = _tiling_windows(input, kernel_size, stride, padding, ceil_mode=ceil_mode)
     if kernel is None or divisor_override is not None:
         return NotImplemented
     return _nchw(aten.mean.dim(_windows_nhwc(input, *kernel), [2, 4]))
@@ -527,7 +544,7 @@ def max_pool_as_reduction(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A max pooling whose windows tile the input as a reshape and an amax, in NHWC (see
     `avg_pool_as_reduction`), with the indices `max_pool2d_with_indices` returns."""
-    kernel = _tiling_windows(input, kernel_size, stride, padding, dilation)
+    kernel = _tiling_windows(input, kernel_size, stride, padding, dilation, ceil_mode)
     if kernel is None or not input.dtype.is_floating_point:
         return NotImplemented
     kernel_h, kernel_w = kernel

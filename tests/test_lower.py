@@ -156,8 +156,10 @@ def test_other_convolutions_are_left_to_iree(weight_shape, groups, stride, paddi
 
 
 @pytest.mark.parametrize("kernel", [2, 4, (2, 3), (1, 4)])
-@pytest.mark.parametrize("shape", [(1, 3, 8, 12), (2, 5, 4, 12)])
+@pytest.mark.parametrize("shape", [(1, 3, 8, 12), (2, 5, 4, 12), (1, 3, 9, 13), (1, 4, 5, 6)])
 def test_tiling_poolings_match_pytorch(kernel, shape):
+    """Windows that tile the input, or the input without the rows and columns past the last whole
+    window (9x13 by 2 or 4, SDN's classifier pooling 14x14 by 3), as a reshape and a reduction."""
     x = torch.randn(shape)
     kernel_size = _pair(kernel)
     torch.testing.assert_close(avg_pool_as_reduction(x, kernel_size, []), F.avg_pool2d(x, kernel))
@@ -170,8 +172,8 @@ def test_tiling_poolings_match_pytorch(kernel, shape):
 
 @pytest.mark.parametrize(
     "options",
-    [{"stride": [1, 1]}, {"padding": [1, 1]}, {"ceil_mode": True, "size": 9}, {"size": 9}],
-    ids=["overlapping", "padded", "ceil mode, not tiling", "not tiling"],
+    [{"stride": [1, 1]}, {"padding": [1, 1]}, {"ceil_mode": True, "size": 9}, {"size": 1}],
+    ids=["overlapping", "padded", "ceil mode, a last window in part", "smaller than a window"],
 )
 def test_other_poolings_are_left_to_torch_mlir(options):
     options = dict(options)
@@ -251,6 +253,41 @@ def test_resnets_stem_pooling_runs_as_taps_on_iree(tmp_path):
     with torch.no_grad():
         want = model(x).numpy()
     np.testing.assert_allclose(run(x.numpy()), want, rtol=1e-5, atol=1e-5)
+
+
+class _MixedClassifierPool(nn.Module):
+    """Shallow-Deep Networks' internal classifier pooling as its authors wrote it: a learned mix of
+    max and average pooling down to 4x4, here from 14x14 by 3 (rows and columns 12-13 read by no
+    window) and from 9x9 by 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Parameter(torch.tensor([0.3]))
+        self.conv = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        alpha = torch.sigmoid(self.mix)
+        h = torch.relu(self.conv(x))
+        pooled = alpha * F.max_pool2d(h, 3) + (1 - alpha) * F.avg_pool2d(h, 3)
+        return pooled.flatten(1), F.avg_pool2d(y, 2) - F.max_pool2d(y, 2)
+
+
+def test_poolings_whose_windows_leave_the_last_rows_out_run_as_reductions_on_iree(tmp_path):
+    from dycl_iree.capture import capture
+    from dycl_iree.lower import lower
+    from dycl_iree.partition import partition
+    from dycl_iree.specialize import specialize
+
+    torch.manual_seed(0)
+    model = _MixedClassifierPool().eval()
+    examples = (torch.randn(1, 16, 14, 14), torch.randn(2, 8, 9, 9))
+    text = str(lower(partition(specialize(capture(model), examples, None))).module)
+    assert "pool" not in text  # reductions over the windows, not torch-mlir's NCHW pooling
+    run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "classifier_pool.dycl"))
+    with torch.no_grad():
+        wants = model(*examples)
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
 class _UnitPoolings(nn.Module):
