@@ -107,9 +107,10 @@ def export_variants(
     seen: dict[str, object] = {}
     original = pipeline.compile_module
 
-    def recording(bytecode, target, cpu_threads=1, use_cache=True, extra_flags=()):
+    def recording(bytecode, target, cpu_threads=1, use_cache=True, extra_flags=(), branches_as_blocks=False):
         seen.update(bytecode=bytecode, target=target, cpu_threads=cpu_threads, extra=tuple(extra_flags))
-        return original(bytecode, target, cpu_threads, use_cache=False, extra_flags=extra_flags)
+        seen["blocks"] = branches_as_blocks
+        return original(bytecode, target, cpu_threads, False, extra_flags, branches_as_blocks)
 
     pipeline.compile_module = recording
     try:
@@ -125,7 +126,7 @@ def export_variants(
         try:
             vmfb, wall, cpu = _compile_seconds(
                 lambda extra=extra: compiling.compile_module(
-                    seen["bytecode"], "llvm-cpu", seen["cpu_threads"], use_cache=False, extra_flags=tuple(extra)
+                    seen["bytecode"], "llvm-cpu", seen["cpu_threads"], False, tuple(extra), seen["blocks"]
                 )
             )
         except Exception as error:  # a variant iree-compile rejects is a result
@@ -136,7 +137,7 @@ def export_variants(
             **manifest["targets"],
             "llvm-cpu": {
                 **manifest["targets"]["llvm-cpu"],
-                "flags": compiling.target_flags("llvm-cpu", seen["cpu_threads"]) + extra,
+                "flags": compiling.target_flags("llvm-cpu", seen["cpu_threads"], seen["blocks"]) + extra,
             },
         }
         variant_bundle = Bundle(manifest, {**bundle.files, vmfb_name: vmfb}, bundle.program)

@@ -146,7 +146,9 @@ def export(
             say(f"compiling for {target} (iree-compile)")
             vmfbs[target] = stage(
                 f"compile[{target}]",
-                lambda: compile_module(bytecode, target, cpu_threads, cache, extra, branches_as_blocks=blocks),
+                lambda: compile_module(
+                    bytecode, target, cpu_threads, use_cache=cache, extra_flags=extra, branches_as_blocks=blocks
+                ),
             )
         return vmfbs
 
@@ -233,18 +235,29 @@ def _plural(count: int, word: str) -> str:
 
 
 def branches_as_blocks(main_text: str) -> bool:
-    """Whether `main` (its MLIR text; "" where there is none) branches and never loops: its branches
-    are then compiled as blocks, so that IREE packs their weights once, not at every call
-    (`compile.AS_BLOCKS`, which says why a loop keeps them structured).
+    """Whether `main` (its MLIR text; "" where there is none) branches, never loops, and its branches
+    yield no tensor of a run-time size: its branches are then compiled as blocks, so that IREE packs
+    their weights once, not at every call (`compile.AS_BLOCKS`). IREE 3.13 sizes a tensor of run-time
+    size that reaches a block as its argument wrongly, around a loop's blocks (a list returned from
+    inside a loop) and at a branch's join (`h = x if c else y`, x and y of other batch sizes: the
+    call fails, "attempted to access an address outside of the valid buffer range"); those keep
+    their regions.
 
-    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.int) {")
+    >>> branches_as_blocks("%t2:2 = torch.prim.If %t1 -> (!torch.vtensor<[1,1000],f32>, !torch.int) {")
     True
+    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.vtensor<[?,4],f32>) {")
+    False
     >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.int) { %l:2 = scf.while (")
     False
     >>> branches_as_blocks("")
     False
     """
-    return "torch.prim.If" in main_text and "scf.while" not in main_text
+    if "torch.prim.If" not in main_text or "scf.while" in main_text or "torch.prim.Loop" in main_text:
+        return False
+    yielded = [
+        line.partition("->")[2] for line in main_text.splitlines() if re.search(r"torch\.prim\.If |scf\.if ", line)
+    ]
+    return not any("?" in types for types in yielded)
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | None, str]:
