@@ -11,7 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -201,22 +201,33 @@ def model_results(program: Program) -> tuple:
 
 def weight_bytes(program: Program) -> int:
     """Bytes of the constant tensors the segments use, each counted once (the manifest's weight_bytes)."""
-    seen: dict[int, int] = {}
+    seen = {id(value): value.numel() * value.element_size() for value in _weights(program.segments)}
+    return sum(seen.values())
 
-    def visit(arg: Any) -> None:
+
+def largest_weights(program: Program) -> dict[str, int]:
+    """Per segment, the elements of its largest constant tensor (0 where it has none)."""
+    return {
+        segment.name: max((value.numel() for value in _weights([segment])), default=0) for segment in program.segments
+    }
+
+
+def _weights(segments: Any) -> Iterator[torch.Tensor]:
+    """The constant tensors the ops of `segments` take, lists of them included."""
+
+    def visit(arg: Any) -> Iterator[torch.Tensor]:
         if isinstance(arg, ListArg):
             for item in arg.items:
-                visit(item)
+                yield from visit(item)
         elif isinstance(arg, Constant) and isinstance(arg.value, torch.Tensor):
-            seen[id(arg.value)] = arg.value.numel() * arg.value.element_size()
+            yield arg.value
 
-    for segment in program.segments:
+    for segment in segments:
         for op in segment.nodes:
             for arg in op.args:
-                visit(arg)
+                yield from visit(arg)
             for _, arg in op.kwargs:
-                visit(arg)
-    return sum(seen.values())
+                yield from visit(arg)
 
 
 def program_text(program: Program) -> str:

@@ -55,15 +55,12 @@ CHANNELS_LAST = "util.func(iree-preprocessing-convert-conv-to-channels-last)"
 # The compiled host's branches as blocks (`target_flags(..., branches_as_blocks=True)`), last in
 # the preprocessing pipeline. IREE 3.13 moves work on constants (a weight's packing for data tiling,
 # a transpose) out of the call into an initializer only where the constant and the op that uses it
-# share a region (`ConstExprAnalysis`). The constants sit at the top of `main`, and the segments
-# inlined into its `scf.if`s use them there; so that work ran at every call on the compiled host,
-# and the weights were stored twice, raw for `main` and packed for the segments. The early-exit
-# ResNet-50 packed weights for 7 ms per call behind its second exit (103 -> 94 ms as blocks; its
-# vmfb 359 -> 245 MB). Blocks share the function's region. Loops stay `scf.while`: IREE 3.13 sizes
-# a tensor that grows around a block loop wrongly (`hal.buffer_view.create`: "buffer view byte length
-# 96 exceeds backing buffer byte length 48", tests/test_branch_tuples.py's TensorsReturnedFromLoop),
-# and the pass converts every `scf` op of a function, so a program whose `main` loops keeps its
-# regions (`pipeline.branches_as_blocks`).
+# share a region (`ConstExprAnalysis`; iree-org/iree#15961 proposed more, and was closed). The
+# constants sit at the top of `main`, and the segments inlined into its `scf.if`s use them there; so
+# that work ran at every call on the compiled host, and the weights were stored twice, raw for `main`
+# and packed for the segments. The early-exit ResNet-50 packed weights for 7 ms per call behind its
+# second exit (103 -> 94 ms as blocks; its vmfb 359 -> 245 MB). Blocks share the function's region.
+# Which `main`s take them, and why not the others: `pipeline.branches_as_blocks`.
 AS_BLOCKS = "util.func(iree-top-level-scf-to-cfg)"
 _CPU = [
     "--iree-hal-target-device=local",

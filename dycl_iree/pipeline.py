@@ -29,8 +29,8 @@ from typing import Any, Callable, Sequence
 from host_runtime.bundle_format import vmfb_file_name
 
 from . import cache as compile_cache
-from . import cpu_features, export_cache
-from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, make_manifest, program_text, weight_bytes
+from . import cpu_features, data_tiling, export_cache
+from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, largest_weights, make_manifest, program_text, weight_bytes
 from .capture import capture
 from .compile import compile_module, crashed_on, target_flags, workaround_for
 from .dynamic_dims import check_examples, declared_dims
@@ -137,7 +137,7 @@ def export(
     name_module(lowered, module_name)
     python_source = stage("hosts", lambda: synthesize_python(program))
     unsupported, main_text = stage("hosts", lambda: _add_compiled_host(program, lowered))
-    blocks = branches_as_blocks(main_text)
+    blocks = branches_as_blocks(main_text, largest_weights(program))
 
     def compile_all(extra: tuple[str, ...] = ()) -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
@@ -234,30 +234,48 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def branches_as_blocks(main_text: str) -> bool:
-    """Whether `main` (its MLIR text; "" where there is none) branches, never loops, and its branches
-    yield no tensor of a run-time size: its branches are then compiled as blocks, so that IREE packs
-    their weights once, not at every call (`compile.AS_BLOCKS`). IREE 3.13 sizes a tensor of run-time
-    size that reaches a block as its argument wrongly, around a loop's blocks (a list returned from
-    inside a loop) and at a branch's join (`h = x if c else y`, x and y of other batch sizes: the
-    call fails, "attempted to access an address outside of the valid buffer range"); those keep
-    their regions.
+# The least weight (elements) of a segment in a branch that has `main` compiled with its branches as
+# blocks: data tiling's least weight read as panels, which IREE packed at every call in a branch.
+# Below it IREE prepares nothing per call, and blocks cost their joins: the zoo's SkipNet-38 gates
+# (36,864 weights at most) ran 2.4-3.0% slower as blocks (31 alternating rounds), its other branchy
+# models within the noise.
+BLOCKS_MIN_WEIGHT = 2**data_tiling.PANELS_MIN_WEIGHT_LOG2
 
-    >>> branches_as_blocks("%t2:2 = torch.prim.If %t1 -> (!torch.vtensor<[1,1000],f32>, !torch.int) {")
+
+def branches_as_blocks(main_text: str, largest: dict[str, int]) -> bool:
+    r"""Whether `main` (its MLIR text; "" where there is none) is compiled with its branches as blocks
+    (`compile.AS_BLOCKS`), so that IREE prepares the weights of the segments in its branches once, not
+    at every call: where it branches, never loops, its branches yield no tensor of a run-time size,
+    and a segment called in a branch has a weight of BLOCKS_MIN_WEIGHT elements or more (`largest`:
+    per segment, its largest weight's). IREE 3.13 sizes a tensor of run-time size that reaches a
+    block as its argument wrongly, around a loop's blocks (a list returned from inside a loop) and
+    at a branch's join (`h = x if c else y`, x and y of other batch sizes: the call fails,
+    "attempted to access an address outside of the valid buffer range"); those keep their regions.
+
+    >>> head = "func.func @main(%x: !torch.vtensor<[1,8],f32>) -> !torch.vtensor<[1,8],f32> {\n"
+    >>> branch = "  %t2 = torch.prim.If %t1 -> (!torch.vtensor<[1,8],f32>) {\n    %t3 = func.call @seg1(%x) : x\n"
+    >>> branches_as_blocks(head + branch, {"seg1": 2**17})
     True
-    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.vtensor<[?,4],f32>) {")
+    >>> branches_as_blocks(head + branch, {"seg1": 2**17 - 1})
     False
-    >>> branches_as_blocks("%t2 = torch.prim.If %t1 -> (!torch.int) { %l:2 = scf.while (")
+    >>> branches_as_blocks(head + branch.replace("[1,8]", "[?,8]"), {"seg1": 2**17})
     False
-    >>> branches_as_blocks("")
+    >>> branches_as_blocks(head + branch + "  %l:2 = scf.while (", {"seg1": 2**17})
+    False
+    >>> branches_as_blocks("", {})
     False
     """
     if "torch.prim.If" not in main_text or "scf.while" in main_text or "torch.prim.Loop" in main_text:
         return False
-    yielded = [
-        line.partition("->")[2] for line in main_text.splitlines() if re.search(r"torch\.prim\.If |scf\.if ", line)
-    ]
-    return not any("?" in types for types in yielded)
+    depth, in_branches = 0, set()
+    for line in main_text.splitlines():
+        if re.search(r"torch\.prim\.If |scf\.if ", line) and "?" in line.partition("->")[2]:
+            return False
+        call = re.search(r"func\.call @([\w$]+)\(", line)
+        if call and depth > 1:  # inside a branch of `main`'s body
+            in_branches.add(call.group(1))
+        depth += line.count("{") - line.count("}")
+    return any(largest.get(name, 0) >= BLOCKS_MIN_WEIGHT for name in in_branches)
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | None, str]:

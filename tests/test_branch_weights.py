@@ -3,9 +3,10 @@
 IREE 3.13 moves work on a constant (a weight packed into panels for data tiling) into an
 initializer only where the constant and its user share a region; the segments inlined into
 `main`'s `scf.if`s did not, so their weights were packed at every call on the compiled host.
-A `main` that branches and never loops is compiled with its branches as blocks
-(`compile.AS_BLOCKS`, `pipeline.branches_as_blocks`). The CPU probes are set by the tests (AVX2
-without AVX-512, where the exporter reads large weights as panels), so this runs on any x86 machine.
+A `main` that branches, never loops, and calls a segment with a large weight in a branch is
+compiled with its branches as blocks (`compile.AS_BLOCKS`, `pipeline.branches_as_blocks`). The CPU
+probes are set by the tests (AVX2 without AVX-512, where the exporter reads large weights as
+panels), so this runs on any x86 machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import nn
 import dycl_iree
 from dycl_iree import compile as compile_module
 from dycl_iree import cpu_features
+from dycl_iree.bundle import largest_weights
 from dycl_iree.pipeline import branches_as_blocks
 
 
@@ -74,7 +76,7 @@ def _main_after_global_optimization(model: nn.Module, example: torch.Tensor, blo
     lowered = lower(program)
     unsupported, main_text = _add_compiled_host(program, lowered)
     assert unsupported is None, unsupported
-    assert branches_as_blocks(main_text)
+    assert branches_as_blocks(main_text, largest_weights(program))
     text = iree.compiler.compile_str(
         module_bytecode(lowered.module),
         input_type="torch",
@@ -123,6 +125,21 @@ def test_an_exported_branch_as_blocks_matches_pytorch_on_both_sides(tmp_path: Pa
     assert set(exits) == {0, 1}, exits
 
 
+class SmallGate(nn.Module):
+    """SkipNet-style: a gate skips a block whose weights are small (16 channels): its `main` keeps
+    its regions, where IREE prepares nothing per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(16, 1)
+        self.block = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(torch.sigmoid(self.gate(x.mean((2, 3)))).sum() > 0.5):
+            x = torch.relu(self.block(x)) + x
+        return x
+
+
 class DecodeSteps(nn.Module):
     """A loop that stops at a data-dependent step: its `main` keeps its regions."""
 
@@ -138,11 +155,15 @@ class DecodeSteps(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("looping", [True, False])
-def test_only_a_main_without_loops_is_compiled_as_blocks(looping: bool, monkeypatch) -> None:
+@pytest.mark.parametrize("kind", ["large weight in a branch", "small weights", "loop"])
+def test_which_mains_are_compiled_as_blocks(kind: str, monkeypatch) -> None:
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
-    model, example = (DecodeSteps(), torch.randn(1, 8)) if looping else (_model(), torch.randn(1, 64, 14, 14))
+    model, example = {
+        "large weight in a branch": (_model(), torch.randn(1, 64, 14, 14)),
+        "small weights": (SmallGate(), torch.randn(1, 16, 8, 8)),
+        "loop": (DecodeSteps(), torch.randn(1, 8)),
+    }[kind]
     bundle = dycl_iree.export(model.eval(), (example,))
     assert bundle.host == "compiled"
     flags = json.dumps(bundle.manifest["targets"])
-    assert (compile_module.AS_BLOCKS in flags) == (not looping)
+    assert (compile_module.AS_BLOCKS in flags) == (kind == "large weight in a branch")
