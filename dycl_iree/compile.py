@@ -58,8 +58,9 @@ CHANNELS_LAST = "util.func(iree-preprocessing-convert-conv-to-channels-last)"
 # share a region (`ConstExprAnalysis`; iree-org/iree#15961 proposed more, and was closed). The
 # constants sit at the top of `main`, and the segments inlined into its `scf.if`s use them there; so
 # that work ran at every call on the compiled host, and the weights were stored twice, raw for `main`
-# and packed for the segments. The early-exit ResNet-50 packed weights for 7 ms per call behind its
-# second exit (103 -> 94 ms as blocks; its vmfb 359 -> 245 MB). Blocks share the function's region.
+# and packed for the segments. The early-exit ResNet-50 packed weights for 7 ms a call on its path
+# through every stage (103 -> 94 ms as blocks; its vmfb 359 -> 245 MB). Blocks share the function's
+# region.
 # Which `main`s take them, and why not the others: `pipeline.branches_as_blocks`.
 AS_BLOCKS = "util.func(iree-top-level-scf-to-cfg)"
 _CPU = [

@@ -160,6 +160,13 @@ def export(
         if unsupported is not None:
             raise explain_compile_error(program, targets[0], error) from error
         failure = error
+    if failure is not None and blocks:  # blocks only speed the host up: its regions may compile where they fail
+        say(f"iree-compile rejected main's branches as blocks ({failure.diagnostic}); compiling them as regions")
+        blocks = False
+        try:
+            compiled, failure = compile_all(), None
+        except CompileError as again:
+            failure = again
     flag = workaround_for(getattr(failure, "diagnostic", "")) if failure is not None else None
     retried = ""
     if failure is not None and flag is not None:  # a known iree-compile trap: once more, with its flag

@@ -167,3 +167,28 @@ def test_which_mains_are_compiled_as_blocks(kind: str, monkeypatch) -> None:
     assert bundle.host == "compiled"
     flags = json.dumps(bundle.manifest["targets"])
     assert (compile_module.AS_BLOCKS in flags) == (kind == "large weight in a branch")
+
+
+def test_a_main_iree_compile_rejects_as_blocks_keeps_the_compiled_host_as_regions(monkeypatch) -> None:
+    """Blocks only speed the compiled host up: where iree-compile rejects them, `main` is compiled
+    again with its regions, not dropped for the Python host."""
+    from dycl_iree import pipeline
+    from dycl_iree.errors import CompileError
+
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    original = pipeline.compile_module
+    tried = []
+
+    def rejecting_blocks(*args, branches_as_blocks: bool = False, **options):
+        tried.append(branches_as_blocks)
+        if branches_as_blocks:
+            failure = CompileError("iree-compile failed for target llvm-cpu: error: a rejected block")
+            failure.diagnostic = "error: a rejected block"
+            raise failure
+        return original(*args, branches_as_blocks=branches_as_blocks, **options)
+
+    monkeypatch.setattr(pipeline, "compile_module", rejecting_blocks)
+    bundle = dycl_iree.export(_model(), (torch.randn(1, 64, 14, 14),))
+    assert tried == [True, False]
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    assert compile_module.AS_BLOCKS not in json.dumps(bundle.manifest["targets"])
