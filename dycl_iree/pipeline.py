@@ -243,7 +243,7 @@ def _plural(count: int, word: str) -> str:
 
 # The least weight (elements) of a segment in a branch that has `main` compiled with its branches as
 # blocks: data tiling's least weight read as panels, which IREE packed at every call in a branch.
-# Below it IREE prepares nothing per call, and blocks cost their joins: the zoo's SkipNet-38 gates
+# Below it IREE packs no weight, and blocks cost their joins: the zoo's SkipNet-38 gates
 # (36,864 weights at most) ran 2.4-3.0% slower as blocks (31 alternating rounds), its other branchy
 # models within the noise.
 BLOCKS_MIN_WEIGHT = 2**data_tiling.PANELS_MIN_WEIGHT_LOG2

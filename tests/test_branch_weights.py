@@ -127,7 +127,7 @@ def test_an_exported_branch_as_blocks_matches_pytorch_on_both_sides(tmp_path: Pa
 
 class SmallGate(nn.Module):
     """SkipNet-style: a gate skips a block whose weights are small (16 channels): its `main` keeps
-    its regions, where IREE prepares nothing per call."""
+    its regions: IREE packs none of its weights."""
 
     def __init__(self) -> None:
         super().__init__()
