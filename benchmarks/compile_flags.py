@@ -110,7 +110,14 @@ def export_variants(
     def recording(bytecode, target, cpu_threads=1, use_cache=True, extra_flags=(), branches_as_blocks=False):
         seen.update(bytecode=bytecode, target=target, cpu_threads=cpu_threads, extra=tuple(extra_flags))
         seen["blocks"] = branches_as_blocks
-        return original(bytecode, target, cpu_threads, False, extra_flags, branches_as_blocks)
+        return original(
+            bytecode,
+            target,
+            cpu_threads,
+            use_cache=False,
+            extra_flags=extra_flags,
+            branches_as_blocks=branches_as_blocks,
+        )
 
     pipeline.compile_module = recording
     try:
@@ -126,7 +133,12 @@ def export_variants(
         try:
             vmfb, wall, cpu = _compile_seconds(
                 lambda extra=extra: compiling.compile_module(
-                    seen["bytecode"], "llvm-cpu", seen["cpu_threads"], False, tuple(extra), seen["blocks"]
+                    seen["bytecode"],
+                    "llvm-cpu",
+                    seen["cpu_threads"],
+                    use_cache=False,
+                    extra_flags=tuple(extra),
+                    branches_as_blocks=seen["blocks"],
                 )
             )
         except Exception as error:  # a variant iree-compile rejects is a result

@@ -258,6 +258,9 @@ def branches_as_blocks(main_text: str, largest: dict[str, int]) -> bool:
     block as its argument wrongly, around a loop's blocks (a list returned from inside a loop) and
     at a branch's join (`h = x if c else y`, x and y of other batch sizes: the call fails,
     "attempted to access an address outside of the valid buffer range"); those keep their regions.
+    It reads `main`'s MLIR rather than the Program's `If` and `Loop` nodes because the hosts add
+    `scf.if`s of their own (`hosts/checks.py` passes tensors through the checks before a call), and
+    carry a list of run-time length as a tensor of run-time size, neither of which the Program shows.
 
     >>> head = "func.func @main(%x: !torch.vtensor<[1,8],f32>) -> !torch.vtensor<[1,8],f32> {\n"
     >>> branch = "  %t2 = torch.prim.If %t1 -> (!torch.vtensor<[1,8],f32>) {\n    %t3 = func.call @seg1(%x) : x\n"

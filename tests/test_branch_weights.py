@@ -23,9 +23,9 @@ from torch import nn
 
 import dycl_iree
 from dycl_iree import compile as compile_module
-from dycl_iree import cpu_features
 from dycl_iree.bundle import largest_weights
 from dycl_iree.pipeline import branches_as_blocks
+from tests.test_data_tiling import _set_cpu
 
 
 class ConfidentExit(nn.Module):
@@ -48,11 +48,6 @@ class ConfidentExit(nn.Module):
             return early, 0
         h = torch.relu(self.rest(h))
         return self.classifier(h.mean((2, 3))), 1
-
-
-def _avx2(monkeypatch) -> None:
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
-    monkeypatch.setattr(cpu_features, "has_avx2", lambda: True)
 
 
 def _model() -> ConfidentExit:
@@ -92,7 +87,7 @@ def _main_after_global_optimization(model: nn.Module, example: torch.Tensor, blo
 
 
 def test_a_branch_packs_its_weights_once_not_at_every_call(monkeypatch) -> None:
-    _avx2(monkeypatch)
+    _set_cpu(monkeypatch, False, True)  # AVX2 without AVX-512
     model = _model()
     example = torch.randn(1, 64, 14, 14)
     # With the branch as a region, the rest's weight is packed in `main` itself, at every call that
@@ -105,7 +100,7 @@ def test_a_branch_packs_its_weights_once_not_at_every_call(monkeypatch) -> None:
 
 
 def test_an_exported_branch_as_blocks_matches_pytorch_on_both_sides(tmp_path: Path, monkeypatch) -> None:
-    _avx2(monkeypatch)
+    _set_cpu(monkeypatch, False, True)  # AVX2 without AVX-512
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export cache does not see the probes
     model = _model()
     bundle = dycl_iree.export(model, (torch.randn(1, 64, 14, 14),))

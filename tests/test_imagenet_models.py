@@ -1,5 +1,6 @@
-"""The deployment-size models (`models/imagenet.py`): their shapes in PyTorch, and one export of a
-reduced-width early-exit ResNet-50 (every layer kind of the real networks, control flow included).
+"""The deployment-size models (`models/imagenet.py`): their shapes in PyTorch, one export of a
+reduced-width early-exit ResNet-50 (every layer kind of the real networks, control flow included),
+and, slow, the full-size one, whose branches' large weights make the compiled host's branches blocks.
 
 The full-size models are only exported by the benchmark (`python -m dycl_iree bench --models
 realistic`): a cold export of each takes 20-60 s on two cores.
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import dycl_iree
+from dycl_iree import compile as compile_module
 from dycl_iree.bench.models import select_entries
 from dycl_iree.verify import verify
 from models import imagenet
@@ -51,5 +53,22 @@ def test_reduced_early_exit_resnet50_matches_pytorch_on_every_exit(tmp_path: Pat
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
     path = bundle.save(tmp_path / "early_exit.dycl")
     report = verify(model, [(image,) for image in images], path, host="compiled")
+    assert report.mismatched_samples == 0, report.format()
+    assert exits == [0, 1, 2, 3]
+
+
+@pytest.mark.slow  # ~2 min on two cores: a cold export of 234 MiB of weights
+def test_the_full_size_early_exit_resnet50_compiles_its_branches_as_blocks_and_matches_pytorch(tmp_path: Path) -> None:
+    """At 224x224 every stage after the first holds weights of 2^17 elements or more, so `main`'s
+    branches are blocks (`pipeline.branches_as_blocks`); the shipped samples leave at every exit."""
+    torch.manual_seed(0)
+    model, example = imagenet.early_exit_resnet50()
+    samples = [imagenet.image_sample(spec) for spec in imagenet.EXIT_SAMPLES]
+    with torch.no_grad():
+        exits = sorted(int(model(*sample)[1]) for sample in samples)
+    bundle = dycl_iree.export(model, example)
+    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
+    assert compile_module.AS_BLOCKS in str(bundle.manifest["targets"]["llvm-cpu"]["flags"])
+    report = verify(model, samples, bundle.save(tmp_path / "early_exit.dycl"), host="compiled")
     assert report.mismatched_samples == 0, report.format()
     assert exits == [0, 1, 2, 3]
