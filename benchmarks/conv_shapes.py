@@ -20,9 +20,10 @@ the machine is shared, and wall time counts the other jobs too):
 - `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
 - `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
   (`decompositions._im2col_wins`: im2col + matmul for many channels, Winograd's F(2x2, 3x3) for
-  those of them that are 3x3 with stride 1, `winograd.output_tile`) with the AVX2 matmul rule
-  (`data_tiling.compile_flags(avx512=False)`: data tiling of the matmuls with few rows and a large
-  weight, a 6 x 16 register tile for the other large ones), what an AVX2 host gets;
+  those of them that are 3x3 with stride 1, F(4x4, 3x3) from 28x28 pixels, `winograd.output_tile`)
+  with the AVX2 matmul rule (`data_tiling.compile_flags(avx512=False)`: data tiling of the matmuls
+  with few rows and a large weight, a 6 x 16 register tile for the other large ones), what an AVX2
+  host gets;
 - `AVX2 with IREE's matmul tiles`: the same without that rule (the form before it);
 - `AVX2 data-tiled` / `+ ukernels`: every matmul data-tiled (`--iree-opt-data-tiling`), with
   IREE's mmt4d ukernels too (`--iree-llvmcpu-enable-ukernels=all`), measured and not taken;

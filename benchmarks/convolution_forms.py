@@ -2,8 +2,8 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals
-                   |panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded
+        [--compare winograd|winograd-f4|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
+                   |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded
                    |padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
@@ -44,6 +44,8 @@ columns, as exported (`data_tiling.reads_panels`; `PANELS_MIN_WEIGHT_LOG2` 0 bef
 pixels (before), or from 128, 64 at 14x14 and 32 at 28x28, as exported (`winograd.outgrows_direct`).
 `--compare winograd-padding`: Winograd's transformed filter as stored, or padded by 16 columns where
 its rows lie a multiple of 1 KiB apart and read through a slice, as exported (`winograd._padded_view`).
+`--compare winograd-f4`: 3x3 stride-1 convolutions as F(2x2, 3x3) at every size (before), or as
+F(4x4, 3x3) from 28x28 pixels, as exported (`winograd.F4_MIN_PIXELS`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
 `--compare ukernels`:
@@ -174,6 +176,10 @@ COMPARISONS = {
     "winograd-padding": {
         "Winograd's filter as stored": (winograd, "_padded_view", lambda transformed, tiles: transformed),
         "as exported (padded where its rows are 1 KiB apart)": (winograd, "_padded_view", None),
+    },
+    "winograd-f4": {
+        "F(2x2, 3x3) at every size (before)": (winograd, "F4_MIN_PIXELS", 1 << 40),
+        "as exported (F(4x4, 3x3) from 28x28)": (winograd, "F4_MIN_PIXELS", None),
     },
     "tap-tiles": {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),

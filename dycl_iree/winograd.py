@@ -28,7 +28,16 @@ from . import cpu_features, data_tiling
 
 aten = torch.ops.aten
 
-# (B^T, G, A^T) for output tiles of 2 and 4 pixels and a 3-tap filter (Lavin and Gray's matrices).
+# (B^T, G, A^T) for output tiles of 2 and 4 pixels and a 3-tap filter. F(2x2, 3x3) is Lavin and
+# Gray's. F(4x4, 3x3) interpolates at 0, 1, -1, 1/2, -2 and infinity, not at Lavin and Gray's 0, 1,
+# -1, 2, -2: the Cook-Toom matrices of those points (each row of B^T scaled to small integers and G
+# divided by the same factor, since the exporter applies G in float64), as Barabasz, Anderson,
+# Soodhalter and Gregg found most accurate ("Error analysis and improving the accuracy of Winograd
+# convolution for deep neural networks", ACM TOMS 2020). Measured in float32 against the float64
+# convolution, largest error over the largest output, on ResNet's shapes (64 channels at 56x56, 128
+# at 28x28, 256 at 14x14): 2.6, 2.5 and 2.3e-6 against 7.2, 5.9 and 5.4e-6 with Lavin and Gray's
+# points, so on the level of F(2x2, 3x3) and of the direct convolution (0.8-2.2e-6), where Lavin
+# and Gray's reached the 1e-5 contract (`test_convolution_strategy`).
 TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
     2: (
         [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
@@ -42,22 +51,27 @@ TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[lis
     ),
     4: (
         [
-            [4, 0, -5, 0, 1, 0],
-            [0, -4, -4, 1, 1, 0],
-            [0, 4, -4, -1, 1, 0],
+            [2, -3, -4, 3, 2, 0],
+            [0, -2, 1, 5, 2, 0],
+            [0, 2, -5, 1, 2, 0],
             [0, -2, -1, 2, 1, 0],
-            [0, 2, -1, -2, 1, 0],
-            [0, 4, 0, -5, 0, 1],
+            [0, 1, -2, -1, 2, 0],
+            [0, 2, -3, -4, 3, 2],
         ],
         [
-            [Fraction(1, 4), 0, 0],
-            [Fraction(-1, 6), Fraction(-1, 6), Fraction(-1, 6)],
+            [Fraction(1, 2), 0, 0],
+            [Fraction(1, 6), Fraction(1, 6), Fraction(1, 6)],
             [Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)],
-            [Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)],
-            [Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)],
-            [0, 0, 1],
+            [Fraction(-16, 15), Fraction(-8, 15), Fraction(-4, 15)],
+            [Fraction(1, 30), Fraction(-1, 15), Fraction(2, 15)],
+            [0, 0, Fraction(1, 2)],
         ],
-        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+        [
+            [1, 1, 1, 1, 1, 0],
+            [0, 1, -1, Fraction(1, 2), -2, 0],
+            [0, 1, 1, Fraction(1, 4), 4, 0],
+            [0, 1, -1, Fraction(1, 8), -8, 1],
+        ],
     ),
 }
 
@@ -176,19 +190,35 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     the largest output where the direct convolution's is 0.8-2.2e-6. It takes the same shapes as
     im2col (`outgrows_direct`), so the zoo's convolutions (at most 64 channels at 8x8) keep their
     direct form: there one convolution measured faster too (64 channels at 8x8: 19 -> 53), but not
-    whole models. F(4x4, 3x3) is faster still at 56x56 and 28x28 (126 and 151), but its error
-    reaches 1.3e-5 of the largest output (layer4), over the exporter's contract of 1e-5. With
-    AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s (README, performance) and Winograd is
-    unmeasured there, so nothing changes.
+    whole models.
+
+    From 28x28 pixels (`F4_MIN_PIXELS`) the tile is 4: F(4x4, 3x3) ran ResNet's layer1 and layer2
+    at 126 and 151 GFLOP/s against F(2x2, 3x3)'s 89 and 106, and at 14x14 and 7x7 it lost (84 and 48
+    against 101 and 52): its batch matmul has a quarter of the rows, 16 tiles at 14x14. Its points
+    (`TRANSFORMS`) keep its error at 2.3-2.6e-6. Whole models with F(4x4, 3x3) from 28x28 (layer1
+    and layer2), as whole processes of `iree-benchmark-module`, 7 alternating pairs, medians: ResNet-50
+    0.960 of the time with F(2x2, 3x3) everywhere, ResNet-18 0.936; their largest error against
+    float64 1.32e-5 and 1.28e-6, against 1.17e-5 and 0.97e-6 (PyTorch's own float32 error 8.3e-6
+    and 1.07e-6). With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s (README,
+    performance) and Winograd is unmeasured there, so nothing changes.
 
     >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.direct_convolutions_fast() else 2)
+    True
+    >>> output_tile(64, 64, [56, 56]) == (0 if cpu_features.direct_convolutions_fast() else 4)
     True
     >>> output_tile(64, 64, [8, 8])
     0
     """
     if cpu_features.direct_convolutions_fast() or not all(isinstance(size, int) for size in spatial):
         return 0
-    return 2 if outgrows_direct(in_channels, spatial[0] * spatial[1]) else 0
+    pixels = spatial[0] * spatial[1]
+    if not outgrows_direct(in_channels, pixels):
+        return 0
+    return 4 if pixels >= F4_MIN_PIXELS else 2
+
+
+# The least pixels a convolution has for F(4x4, 3x3) (`output_tile`).
+F4_MIN_PIXELS = 28 * 28
 
 
 def _padded_view(transformed: torch.Tensor, tiles: int) -> torch.Tensor:
