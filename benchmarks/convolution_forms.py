@@ -2,9 +2,10 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|winograd-f4|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
-                   |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded
-                   |padded-weight-view|ukernels]
+        [--compare winograd|winograd-f4|dynamic-rows|linear-weights|matmuls|depthwise|scaled-taps
+                   |small-matmuls|padded-expansion|stem-padding|inverted-residuals|panels|tap-tiles
+                   |convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view
+                   |ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -46,6 +47,10 @@ pixels (before), or from 128, 64 at 14x14 and 32 at 28x28, as exported (`winogra
 its rows lie a multiple of 1 KiB apart and read through a slice, as exported (`winograd._padded_view`).
 `--compare winograd-f4`: 3x3 stride-1 convolutions as F(2x2, 3x3) at every size (before), or as
 F(4x4, 3x3) from 28x28 pixels, as exported (`winograd.F4_MIN_PIXELS`).
+`--compare dynamic-rows`: matmuls whose rows are known only at run time in IREE's own tile (before),
+or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS`).
+`--compare linear-weights`: linear layers' constant weights as the layer stores them, [out, in]
+(before), or stored [in, out], as exported (`lower._constant_weight`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
 `--compare ukernels`:
@@ -88,6 +93,14 @@ _TILING_FLAGS = data_tiling.compile_flags
 def _with_all_ukernels(**rule: bool) -> list[str]:
     """The data-tiling rule's flags with IREE's ukernels for the matmuls it data-tiles."""
     return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
+
+
+def _filters_only(arg, rank: int = 4):
+    """`lower._constant_weight` for convolution filters only: linear weights stay as stored."""
+    return None if rank == 2 else _CONSTANT_WEIGHT(arg, rank)
+
+
+_CONSTANT_WEIGHT = lower._constant_weight
 
 
 def _bounds_before(in_channels: int, pixels: int) -> bool:
@@ -181,6 +194,14 @@ COMPARISONS = {
         "F(2x2, 3x3) at every size (before)": (winograd, "F4_MIN_PIXELS", 1 << 40),
         "as exported (F(4x4, 3x3) from 28x28)": (winograd, "F4_MIN_PIXELS", None),
     },
+    "dynamic-rows": {
+        "matmuls of run-time rows in IREE's tile (before)": (data_tiling, "DYNAMIC_ROWS", False),
+        "as exported (data-tiled when their weight is large)": (data_tiling, "DYNAMIC_ROWS", None),
+    },
+    "linear-weights": {
+        "linear weights as stored, [out, in] (before)": (lower, "_constant_weight", _filters_only),
+        "as exported (stored [in, out])": (lower, "_constant_weight", None),
+    },
     "tap-tiles": {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),
         "as exported (up to 8 pixels of a row x 8 channels)": (tap_tiles, "compile_flags", None),
@@ -256,11 +277,11 @@ def main(model_names: list[str], rounds: int, cpu: str | None, compare: str = "w
                 runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder), forms)
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
-            ort = onnxruntime_call(model_name, model, example, samples, Path(folder))
             try:
+                ort = onnxruntime_call(model_name, model, example, samples, Path(folder))
                 ort()
                 runs["onnxruntime"], errors["onnxruntime"] = ort, (float("nan"), None)
-            except Exception as error:  # ONNX Runtime fails on some decoder loops (README, peers)
+            except Exception as error:  # the ONNX export or ONNX Runtime fails on some decoders (README, peers)
                 print(f"| {model_name} | onnxruntime | failed: {str(error).splitlines()[0][:160]} | | | | | | |")
             runs["PyTorch eager"] = eager_call(model)
             errors["PyTorch eager"] = (float("nan"), None)

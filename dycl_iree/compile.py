@@ -34,7 +34,7 @@ from .errors import CompileError, DyclError
 # the transposes between neighbouring convolutions cancel in global optimization. IREE's direct NHWC
 # convolution beats both its im2col + matmul and the per-tap copies + matmul this exporter used
 # before (two 3x3 convolutions, 32 channels at 16x16: 78 us against 107 and 111; deepest path of
-# WRN-SDN 1.86 -> 1.45 ms). Filters reach IREE pre-transposed (`lower._constant_filter`) and
+# WRN-SDN 1.86 -> 1.45 ms). Filters reach IREE pre-transposed (`lower._constant_weight`) and
 # depthwise convolutions as channels-last taps (`decompositions.depthwise_convolution_as_taps`).
 # That holds where the CPU has AVX-512 (or is not x86). Without AVX-512, IREE 3.13 tiles a direct
 # convolution of 8 or more input channels as 4 pixels x 4 channels, 2-16 GFLOP/s, and no flag changes

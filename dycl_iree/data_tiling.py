@@ -119,6 +119,15 @@ PADDING = 16  # one register tile's columns
 PANEL = 16
 PANELS_MIN_WEIGHT_LOG2 = 17  # 0: no weight is read as panels
 PANELS_MAX_COLUMNS = 4096  # the spec matches each multiple of the workgroup's columns up to this
+# Whether a matmul whose rows are known only at run time (a decoder's steps so far, a dynamic batch)
+# is data-tiled when its weight is as large as the rule's (2^18 elements with AVX2, 2^19 with
+# AVX-512), as a matmul of few rows is: the register tile and the panels need static rows, and
+# IREE 3.13's own tile for them (8 x 8, rows peeled) ran the Transformer decoder's (d 512, a few
+# rows a step) at 2-10 GFLOP/s. Measured with AVX2 (Zen 3, one thread): the zoo's Transformer at
+# d 512, 6 + 6 layers, 258 -> 151 ms a call (`iree-benchmark-module`, greedy decoding of one
+# sentence, median of 3); its matmuls of the steps' rows 226 -> 54 ms in IREE's profile. With
+# AVX-512 not measured.
+DYNAMIC_ROWS = True
 # The least depth whose reduction over panels runs in blocks of REGISTER_TILE_DEPTH; 0: never, as
 # measured: a workgroup's panels stay in L2 whole (196x1152 by 1152x256 from im2col 49.0 -> 64.9
 # GFLOP/s without blocks, 196x1024 by 1024x512 70.4 -> 76.5; none slower beyond the noise).
@@ -211,6 +220,11 @@ def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, 
         _matmul_matcher(f"@wide_matmul_k{k_log2}", (1, max_rows), 1 << k_log2, 1 << (min_weight_log2 - k_log2))
         for k_log2 in range(4, min_weight_log2 - 3)
     ]
+    if DYNAMIC_ROWS:
+        matchers += [
+            _matmul_matcher(f"@dynamic_matmul_k{k_log2}", (None, None), 1 << k_log2, 1 << (min_weight_log2 - k_log2))
+            for k_log2 in range(4, min_weight_log2 - 3)
+        ]
     pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
@@ -304,11 +318,12 @@ def _matmul_matcher(
     exact_columns: bool = False,
 ) -> tuple[str, str]:
     """A matcher of `op` (`linalg.matmul`, or `linalg.batch_matmul`, whose dims follow the batch) with
-    rows[0]..rows[1] rows (M; None: no upper bound), K >= min_k and N >= min_n (N == min_n with
-    `exact_columns`; static sizes: a dynamic size matches no bound)."""
+    rows[0]..rows[1] rows (M; rows[1] None: no upper bound; rows[0] None: M dynamic, which the
+    match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`)."""
     first = REGISTER_TILE_OPS[op]
     upper = [(0, "le", rows[1])] if rows[1] is not None else []
-    bounds = [(0, "ge", rows[0]), *upper, (2, "ge", min_k), (1, "eq" if exact_columns else "ge", min_n)]
+    lower = [(0, "ge", rows[0])] if rows[0] is not None else [(0, "lt", 0)]  # None: a dynamic M
+    bounds = [*lower, *upper, (2, "ge", min_k), (1, "eq" if exact_columns else "ge", min_n)]
     lines = []
     for index, (dim, predicate, value) in enumerate(bounds):
         lines.append(

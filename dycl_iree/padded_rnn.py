@@ -39,6 +39,20 @@ PADDED_OPS = {
     "aten::rnn_relu.data": "dycl::padded_rnn_relu.default",
 }
 
+# Ops that torch.export unrolls over their input's sequence dim (their decomposition is a Python
+# loop over time steps), so that dim cannot stay dynamic.
+UNROLLED_OVER_TIME = {
+    "aten::lstm.input": "nn.LSTM",
+    "aten::gru.input": "nn.GRU",
+    "aten::rnn_tanh.input": "nn.RNN",
+    "aten::rnn_relu.input": "nn.RNN",
+    # A PackedSequence's layer over the padded batch (`padded_rnn`), unrolled the same way.
+    "dycl::padded_lstm.default": "nn.LSTM over a PackedSequence",
+    "dycl::padded_gru.default": "nn.GRU over a PackedSequence",
+    "dycl::padded_rnn_tanh.default": "nn.RNN over a PackedSequence",
+    "dycl::padded_rnn_relu.default": "nn.RNN over a PackedSequence",
+}
+
 _LIBRARY = torch.library.Library("dycl", "FRAGMENT")
 _ARGS = "Tensor[] params, bool has_biases, int num_layers, bool bidirectional"
 _LIBRARY.define(

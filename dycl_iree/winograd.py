@@ -192,15 +192,18 @@ def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> 
     direct form: there one convolution measured faster too (64 channels at 8x8: 19 -> 53), but not
     whole models.
 
-    From 28x28 pixels (`F4_MIN_PIXELS`) the tile is 4: F(4x4, 3x3) ran ResNet's layer1 and layer2
-    at 126 and 151 GFLOP/s against F(2x2, 3x3)'s 89 and 106, and at 14x14 and 7x7 it lost (84 and 48
-    against 101 and 52): its batch matmul has a quarter of the rows, 16 tiles at 14x14. Its points
-    (`TRANSFORMS`) keep its error at 2.3-2.6e-6. Whole models with F(4x4, 3x3) from 28x28 (layer1
-    and layer2), as whole processes of `iree-benchmark-module`, 7 alternating pairs, medians: ResNet-50
-    0.960 of the time with F(2x2, 3x3) everywhere, ResNet-18 0.936; their largest error against
-    float64 1.32e-5 and 1.28e-6, against 1.17e-5 and 0.97e-6 (PyTorch's own float32 error 8.3e-6
-    and 1.07e-6). With AVX-512 IREE's direct convolution runs at 42-86 GFLOP/s (README,
-    performance) and Winograd is unmeasured there, so nothing changes.
+    From 28x28 pixels (`F4_MIN_PIXELS`) the tile is 4. One convolution alone, F(2x2, 3x3) against
+    F(4x4, 3x3) at these points (`benchmarks/conv_shapes.py --rounds 7`, GFLOP/s as above): layer1
+    95 -> 125, layer2 98 -> 139, layer3 (14x14) 134 -> 161, layer4 (7x7) 88 -> 63. In ResNet-50,
+    F(4x4, 3x3) from 14x14 measured no faster than from 28x28 (whole processes of
+    `iree-benchmark-module`, 7 alternating pairs, median ratio 1.016, 0.86-1.05): at 14x14 its batch
+    matmul has 16 rows, a quarter of F(2x2, 3x3)'s. Whole models, F(4x4, 3x3) from 28x28 against
+    F(2x2, 3x3) everywhere (`benchmarks/convolution_forms.py --compare winograd-f4`, CPU time, 9
+    rounds, median ratios): ResNet-18 0.933, ResNet-50 0.970, the early-exit ResNet-50 0.948; their
+    largest error against the float64 model 1.28e-6 and 1.32e-5 for ResNet-18 and -50, against
+    0.97e-6 and 1.17e-5 before (PyTorch's own float32 error 1.07e-6 and 8.3e-6). With AVX-512 IREE's
+    direct convolution runs at 42-86 GFLOP/s (README, performance) and Winograd is unmeasured there,
+    so nothing changes.
 
     >>> output_tile(256, 256, [14, 14]) == (0 if cpu_features.direct_convolutions_fast() else 2)
     True

@@ -23,6 +23,7 @@ import dycl_iree
 from dycl_iree import compile as compile_module
 from dycl_iree import cpu_features
 from dycl_iree.data_tiling import spec_text
+from tests.conftest import check_hosts, export_compiled
 
 
 class WideAndNarrow(nn.Module):
@@ -258,10 +259,47 @@ def test_an_avx2_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
-def test_a_matmul_of_a_dynamic_batch_is_not_data_tiled(monkeypatch) -> None:
-    _set_cpu(monkeypatch, True, True)
+@pytest.mark.parametrize("avx512", [True, False])
+def test_a_matmul_of_a_dynamic_batch_is_data_tiled_by_its_weight(avx512: bool, monkeypatch) -> None:
+    """Rows known only at run time (`data_tiling.DYNAMIC_ROWS`): the large weight data-tiled, the
+    small one not."""
+    _set_cpu(monkeypatch, avx512, True)
     encoded = _encoded_shapes(WideAndNarrow().eval(), torch.randn(2, 512, 7, 7), ({0: "batch"},))
-    assert encoded == []
+    assert "512x2048xf32" in encoded and not any("2048x64" in shape for shape in encoded), encoded
+
+
+class GreedyRows(nn.Module):
+    """A greedy decoder's shape: each step projects every row so far (a matmul of as many rows as
+    steps, known only at run time) and appends the last one, until its mean passes a threshold or
+    eight rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = nn.Linear(512, 512)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x
+        while rows.shape[0] < 8:
+            nxt = torch.tanh(self.step(rows))[-1:]
+            rows = torch.cat([rows, nxt], 0)
+            if float(nxt.mean()) > 0.05:
+                break
+        return rows
+
+
+def test_rows_known_at_run_time_are_data_tiled_and_match_pytorch(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    _set_cpu(monkeypatch, False, True)
+    torch.manual_seed(0)
+    model = GreedyRows().eval()
+    samples = [torch.randn(1, 512) for _ in range(12)]
+    with torch.no_grad():
+        lengths = {int(model(sample).shape[0]) for sample in samples}
+    assert len(lengths) > 1 and 8 in lengths, lengths  # loops that stop early and one that runs out
+    assert "512x512xf32" in _encoded_shapes(model, samples[0])
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (samples[0],), "greedy")
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
 
 
 def test_a_data_tiled_model_matches_pytorch(tmp_path: Path, monkeypatch) -> None:
