@@ -20,7 +20,8 @@ elements (1 MiB, twice Zen 3's 512 KiB L2): ResNet-50's 196x256 by 256x1024 20.5
 own tiles; against the 6 x 16 register tile (below) it loses from 48 rows up once the weight's rows
 are padded apart and deep reductions run in cache blocks (`AVX2_MAX_ROWS`, `padded_columns`,
 `REGISTER_TILE_BLOCKED_FROM`; ResNet-50's late 1x1 convolutions 1.0-1.4x, README), so with AVX2
-only the matmuls of fewer than 48 rows are data-tiled. The other matmuls IREE
+only the matmuls of fewer than 48 rows are data-tiled (and, by their weight alone, those whose rows
+are known only at run time: `DYNAMIC_ROWS`). The other matmuls IREE
 tiles in registers as 8 rows x 8 columns: 8 of AVX2's 16 vector registers accumulate, and each
 step of the reduction loads one vector of the weight for 8 broadcasts of the activations. Those
 of at least 48 rows and 16 columns and depth, and the batch matmuls of 16 rows or more and that
