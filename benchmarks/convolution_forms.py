@@ -95,12 +95,12 @@ def _with_all_ukernels(**rule: bool) -> list[str]:
     return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
 
 
+_CONSTANT_WEIGHT = lower._constant_weight
+
+
 def _filters_only(arg, rank: int = 4):
     """`lower._constant_weight` for convolution filters only: linear weights stay as stored."""
     return None if rank == 2 else _CONSTANT_WEIGHT(arg, rank)
-
-
-_CONSTANT_WEIGHT = lower._constant_weight
 
 
 def _bounds_before(in_channels: int, pixels: int) -> bool:

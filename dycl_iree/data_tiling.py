@@ -217,15 +217,13 @@ def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, 
     >>> "compilation_info" in spec_text(register_tile=True)
     True
     """
+    # Few rows (or, `DYNAMIC_ROWS`, rows known only at run time) and a large weight: data-tiled.
+    row_ranges = {"wide": (1, max_rows), **({"dynamic": (None, None)} if DYNAMIC_ROWS else {})}
     matchers = [
-        _matmul_matcher(f"@wide_matmul_k{k_log2}", (1, max_rows), 1 << k_log2, 1 << (min_weight_log2 - k_log2))
+        _matmul_matcher(f"@{kind}_matmul_k{k_log2}", rows, 1 << k_log2, 1 << (min_weight_log2 - k_log2))
+        for kind, rows in row_ranges.items()
         for k_log2 in range(4, min_weight_log2 - 3)
     ]
-    if DYNAMIC_ROWS:
-        matchers += [
-            _matmul_matcher(f"@dynamic_matmul_k{k_log2}", (None, None), 1 << k_log2, 1 << (min_weight_log2 - k_log2))
-            for k_log2 in range(4, min_weight_log2 - 3)
-        ]
     pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
