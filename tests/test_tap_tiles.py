@@ -169,7 +169,7 @@ def test_an_element_wise_op_that_shares_its_dispatch_keeps_irees_tile(monkeypatc
     np.testing.assert_allclose(run(example.numpy()), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
-@pytest.mark.slow  # 114 s with a cold compile cache on two busy cores: it compiles the network twice
+@pytest.mark.slow  # 114 s on two busy cores, warm or cold: it compiles the network twice
 def test_every_depthwise_layer_of_mobilenet_v2_takes_the_tile_and_it_matches_pytorch(monkeypatch, tmp_path) -> None:
     """torchvision's MobileNetV2 layout (`models/imagenet.py`, width 0.25 to keep the compile short)
     at 224x224: its 17 depthwise layers run at widths 112 to 7 (IREE compiles the same shapes once),
