@@ -19,8 +19,9 @@ demo: setup
 	$(PY) -m dycl_iree demo
 
 # One pytest worker per core; a test file runs whole on one worker, so its module fixtures export once.
-# `make test` (and CI) leave out the tests marked slow: the ImageNet-size exports and the RNN-T beam
-# search's, minutes each with a cold compile cache. `make test-all` runs them too.
+# `make test` (and CI) leave out the tests marked slow (README names them: the early-exit ResNet-50's
+# and the RNN-T beam search's exports among them), minutes with a cold compile cache. `make test-all`
+# runs them too.
 test: setup
 	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
