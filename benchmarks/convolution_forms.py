@@ -95,7 +95,7 @@ def _with_all_ukernels(**rule: bool) -> list[str]:
     return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
 
 
-_CONSTANT_WEIGHT = lower._constant_weight
+_CONSTANT_WEIGHT = lower._constant_weight  # the exporter's own, kept: `--compare linear-weights` patches it
 
 
 def _filters_only(arg, rank: int = 4):

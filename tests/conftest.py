@@ -211,9 +211,11 @@ def run_without_torch(script: Path, *arguments: str) -> Any:
 
 
 # `make test` runs the files on two workers, a file whole on one (`--dist loadfile`), handed out in
-# collection order. These files take the longest with a cold compile cache, as CI has it (C builds,
-# zoo exports, subprocesses that install or run the package); started last, one of them keeps one
-# worker busy while the other has nothing left. They go first, longest first; the rest keep their order.
+# collection order; started last, a long file keeps one worker busy while the other has nothing left.
+# So the long ones go first: the files with a test marked slow that runs (`make test-all`: minutes
+# each with a cold compile cache), then these, the longest of `make test` with a cold cache, as CI
+# has it (C builds, zoo exports, subprocesses that install or run the package), longest first; the
+# rest keep their order.
 LONGEST_FIRST = (
     "test_c_embedding.py",
     "test_zoo_export.py",
@@ -223,7 +225,6 @@ LONGEST_FIRST = (
     "test_packed_sequence.py",
     "test_readme.py",
     "test_tacotron2.py",
-    "test_imagenet_models.py",
     "test_runtime_no_torch.py",
     "test_newcomer.py",
     "test_packaging.py",
@@ -231,6 +232,8 @@ LONGEST_FIRST = (
 )
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: only the tests that run decide the order
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    with_slow = {item.path for item in items if item.get_closest_marker("slow")}
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    items.sort(key=lambda item: (item.path not in with_slow, rank.get(item.path.name, len(rank))))
