@@ -2,7 +2,7 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|winograd-f4|dynamic-rows|linear-weights|matmuls|depthwise|scaled-taps
+        [--compare winograd|winograd-f4|winograd-matmuls|dynamic-rows|linear-weights|matmuls|depthwise|scaled-taps
                    |small-matmuls|padded-expansion|stem-padding|inverted-residuals|panels|tap-tiles
                    |convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view
                    |ukernels]
@@ -47,6 +47,8 @@ pixels (before), or from 128, 64 at 14x14 and 32 at 28x28, as exported (`winogra
 its rows lie a multiple of 1 KiB apart and read through a slice, as exported (`winograd._padded_view`).
 `--compare winograd-f4`: 3x3 stride-1 convolutions as F(2x2, 3x3) at every size (before), or as
 F(4x4, 3x3) from 28x28 pixels, as exported (`winograd.F4_MIN_PIXELS`).
+`--compare winograd-matmuls`: F(4x4, 3x3)'s input transform as sums of strided slices (before), or
+as two matmuls by B^T, as exported (`winograd._input_transform_by_matmuls`).
 `--compare dynamic-rows`: matmuls whose rows are known only at run time in IREE's own tile (before),
 or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS`).
 `--compare linear-weights`: linear layers' constant weights as the layer stores them, [out, in]
@@ -193,6 +195,14 @@ COMPARISONS = {
     "winograd-f4": {
         "F(2x2, 3x3) at every size (before)": (winograd, "F4_MIN_PIXELS", 1 << 40),
         "as exported (F(4x4, 3x3) from 28x28)": (winograd, "F4_MIN_PIXELS", None),
+    },
+    "winograd-matmuls": {
+        "F(4x4, 3x3)'s input transform as sums of slices (before)": (
+            winograd,
+            "_input_transform_by_matmuls",
+            winograd._input_transform_by_slices,
+        ),
+        "as exported (as matmuls)": (winograd, "_input_transform_by_matmuls", None),
     },
     "dynamic-rows": {
         "matmuls of run-time rows in IREE's tile (before)": (data_tiling, "DYNAMIC_ROWS", False),

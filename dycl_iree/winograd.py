@@ -1,6 +1,6 @@
 """Winograd's minimal filtering for 3x3 stride-1 convolutions, F(2x2, 3x3) and F(4x4, 3x3), written
-as aten ops IREE compiles well: strided slices and adds for the input and output transforms, one
-batched matmul for the products.
+as aten ops IREE compiles well: strided slices, and adds or small matmuls, for the input and output
+transforms, one batched matmul for the products.
 
 For output tiles of m x m pixels and a 3x3 filter, each (m + 2) x (m + 2) input tile d becomes
 `V = B^T d B`, each filter g becomes `U = G g G^T` (a constant: the exporter computes it),
@@ -37,7 +37,9 @@ aten = torch.ops.aten
 # convolution, largest error over the largest output, on ResNet's shapes (64 channels at 56x56, 128
 # at 28x28, 256 at 14x14): 2.6, 2.5 and 2.3e-6 against 7.2, 5.9 and 5.4e-6 with Lavin and Gray's
 # points, so on the level of F(2x2, 3x3) and of the direct convolution (0.8-2.2e-6), where Lavin
-# and Gray's reached the 1e-5 contract (`test_convolution_strategy`).
+# and Gray's reached the 1e-5 contract (`test_convolution_strategy`). Those are with the transforms as
+# sums of slices; with the input transform as matmuls (`_input_transform_by_matmuls`), in PyTorch:
+# 2.6, 2.9 and 1.8e-6 against 5.3, 6.9 and 5.6e-6.
 TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
     2: (
         [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
@@ -143,19 +145,35 @@ def convolution_with_transformed_filter(
 
     The input is padded to whole tiles; tile (t, u)'s row i is the padded input's row t*m + i, so
     each of the m+2 rows of every tile is one strided slice (stride m) of the padded input, and
-    `B^T d B` is a sum of such slices (the rows first, then the columns): copies and adds IREE
-    fuses and vectorizes, where unfolding tiles by index would be a gather.
+    each of its columns one of the columns. Both transforms go one direction at a time, rows then
+    columns. The input transform is sums of those slices for F(2x2, 3x3), two matmuls by B^T for
+    F(4x4, 3x3) (`_input_transform_by_matmuls`); the output transform is sums (`_output_transform`).
     """
     batch, channels, height, width = input.shape
-    out_channels = transformed.shape[2]
-    b_t, _, a_t = TRANSFORMS[output_tile]
-    m, alpha = output_tile, output_tile + 2
+    m = output_tile
     pad_h, pad_w = padding
     out_h, out_w = height + 2 * pad_h - 2, width + 2 * pad_w - 2
     tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
     nhwc = aten.permute(input, [0, 2, 3, 1])
     bottom, right = tiles_h * m + 2 - height - pad_h, tiles_w * m + 2 - width - pad_w
     padded = aten.constant_pad_nd(nhwc, [0, 0, pad_w, right, pad_h, bottom], 0.0)
+    transform = _input_transform_by_matmuls if m == 4 else _input_transform_by_slices
+    positions = transform(padded, m, tiles_h, tiles_w)  # [(m+2)^2, tiles, C]
+    products = aten.bmm(positions, _padded_view(transformed, positions.shape[1]))  # [(m+2)^2, tiles, F]
+    out = _output_transform(products, m, batch, tiles_h, tiles_w)  # [N, tiles_h * m, tiles_w * m, F]
+    out = aten.slice(aten.slice(out, 1, 0, out_h), 2, 0, out_w)
+    if bias is not None:
+        out = out + bias
+    return aten.permute(out, [0, 3, 1, 2]).contiguous()
+
+
+def _input_transform_by_slices(padded: torch.Tensor, m: int, tiles_h: int, tiles_w: int) -> torch.Tensor:
+    """`B^T d B` of every tile of the padded NHWC input, [(m+2)^2, tiles, C], as sums of strided
+    slices: the rows' slices, then their columns'. Copies and adds IREE fuses and vectorizes, where
+    unfolding tiles by index would be a gather; F(2x2, 3x3)'s take 2 terms a sum."""
+    batch, channels = padded.shape[0], padded.shape[3]
+    b_t = TRANSFORMS[m][0]
+    alpha = m + 2
     rows = [aten.slice(padded, 1, i, i + m * (tiles_h - 1) + 1, m) for i in range(alpha)]
     positions = []
     for a in range(alpha):
@@ -163,19 +181,51 @@ def convolution_with_transformed_filter(
         columns = [aten.slice(row, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)]
         for b in range(alpha):
             positions.append(_combination(b_t[b], columns).reshape(1, batch * tiles_h * tiles_w, channels))
-    tiles = batch * tiles_h * tiles_w
-    products = aten.bmm(aten.cat(positions, 0), _padded_view(transformed, tiles))  # [alpha^2, tiles, F]
-    products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, out_channels)
+    return aten.cat(positions, 0)
+
+
+def _input_transform_by_matmuls(padded: torch.Tensor, m: int, tiles_h: int, tiles_w: int) -> torch.Tensor:
+    """`B^T d B` of every tile of the padded NHWC input, [(m+2)^2, tiles, C], as two matmuls by B^T:
+    the columns' strided slices stacked, times B^T, then the result's rows' slices stacked, times B^T.
+
+    F(4x4, 3x3)'s sums take 5 terms, and IREE splits the slices-and-sums form into about 75
+    dispatches a convolution, the slices copied out one at a time; this form is 15. With the output
+    transform's, their time in one convolution between two 1x1 ones, AVX2 (znver3, one thread,
+    IREE's profile, 3 rounds): 64 channels at 56x56 0.83-1.01 -> 0.67-0.78 ms, 128 at 28x28
+    0.64-0.66 -> 0.45-0.48 ms. F(2x2, 3x3)'s sums take 2 terms; with both its transforms as
+    matmuls it was slower (256 at 14x14 0.17-0.25 -> 0.24-0.27 ms, 512 at 7x7 0.10-0.16 -> 0.16-0.21)."""
+    batch, height, channels = padded.shape[0], padded.shape[1], padded.shape[3]
+    b_t = _matrix(TRANSFORMS[m][0], padded.dtype)
+    alpha = m + 2
+    columns = aten.stack([aten.slice(padded, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)], 0)
+    by_columns = aten.mm(b_t, columns.reshape(alpha, -1)).reshape(alpha, batch, height, tiles_w, channels)
+    rows = aten.stack([aten.slice(by_columns, 2, i, i + m * (tiles_h - 1) + 1, m) for i in range(alpha)], 0)
+    return aten.mm(b_t, rows.reshape(alpha, -1)).reshape(alpha * alpha, batch * tiles_h * tiles_w, channels)
+
+
+def _output_transform(products: torch.Tensor, m: int, batch: int, tiles_h: int, tiles_w: int) -> torch.Tensor:
+    """`A^T M A` of the products of every tile position, as the output [N, tiles_h * m, tiles_w * m,
+    F]: sums of the positions' products over the tile's rows, then its columns, each output pixel
+    stacked into place.
+
+    Written as two matmuls by A^T, the pixels need a transpose into place after them, which IREE
+    did not cancel against the NCHW transpose after the convolution: in ResNet-18, where one
+    Winograd convolution feeds the next, two dispatches then wrote their output both NHWC and NCHW
+    (1.08 and 0.84 ms in IREE's profile), and the model was 1.019x the time of the sums
+    (`benchmarks/convolution_forms.py`, 11 rounds)."""
+    a_t = TRANSFORMS[m][2]
+    alpha = m + 2
+    products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, products.shape[2])
     partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
     out_rows = []
     for p in range(m):
         pixels = [_combination(a_t[q], [aten.select(partial[p], 0, b) for b in range(alpha)]) for q in range(m)]
         out_rows.append(aten.stack(pixels, 3))  # [N, tiles_h, tiles_w, m, F]
-    out = aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, out_channels)
-    out = aten.slice(aten.slice(out, 1, 0, out_h), 2, 0, out_w)
-    if bias is not None:
-        out = out + bias
-    return aten.permute(out, [0, 3, 1, 2]).contiguous()
+    return aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, products.shape[-1])
+
+
+def _matrix(rows: list[list[Fraction]], dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor([[float(value) for value in row] for row in rows], dtype=dtype)
 
 
 def output_tile(in_channels: int, out_channels: int, spatial: Sequence[Any]) -> int:

@@ -62,7 +62,8 @@ def test_the_form_of_a_convolution_follows_its_shape_and_the_cpu(
     model = nn.Conv2d(channels, 8, kernel, stride, kernel // 2).eval()
     ops = _lowered_ops(model, torch.randn(1, channels, size, size))
     assert ("torch.aten.convolution" in ops) == (form == "direct"), ops
-    assert ("torch.aten.mm" in ops) == (form == "im2col"), ops
+    # F(4x4, 3x3) has matmuls besides its batch matmul (`winograd._input_transform_by_matmuls`)
+    assert ("torch.aten.mm" in ops and "torch.aten.bmm" not in ops) == (form == "im2col"), ops
     assert ("torch.aten.bmm" in ops) == (form == "winograd"), ops
 
 
@@ -169,12 +170,13 @@ def test_winograd_in_float32_stays_within_the_contract(channels: int, size: int,
 
 
 def test_f4_points_are_more_accurate_than_lavin_and_grays(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The premise of `winograd.TRANSFORMS[4]`: Lavin and Gray's points lose 2-3x the accuracy (7.2e-6
-    of the largest output at 56x56, near the contract)."""
+    """The premise of `winograd.TRANSFORMS[4]`: Lavin and Gray's points lose 2-3x the accuracy (at
+    56x56 5.3e-6 of the largest output against 2.6e-6, with the transforms as matmuls; 7.2e-6 as
+    sums of slices, near the contract)."""
     ours = _float32_error(64, 56, 4)
     monkeypatch.setitem(winograd.TRANSFORMS, 4, LAVIN_F4)
     lavin = _float32_error(64, 56, 4)
-    assert ours < lavin / 2, (ours, lavin)
+    assert ours < lavin / 1.5, (ours, lavin)
 
 
 @pytest.mark.parametrize(
@@ -255,19 +257,26 @@ def test_winograd_convolutions_match_pytorch_on_both_paths(tmp_path: Path, monke
     assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
 
 
-def test_winograd_convolutions_take_a_batch_that_varies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("channels", "size", "output_tile"),
+    [(128, 6, 2), (32, 28, 4)],  # F(4x4, 3x3)'s input transform is matmuls (`winograd._input_transform_by_matmuls`)
+)
+def test_winograd_convolutions_take_a_batch_that_varies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, channels: int, size: int, output_tile: int
+) -> None:
     monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(128, 32, 3, 1, 1), nn.ReLU()).eval()
-    example = torch.randn(2, 128, 6, 6)
+    model = nn.Sequential(nn.Conv2d(channels, 32, 3, 1, 1), nn.ReLU()).eval()
+    example = torch.randn(2, channels, size, size)
+    assert winograd.output_tile(channels, 32, [size, size]) == output_tile
     assert "torch.aten.bmm" in _lowered_ops(model, example, ({0: "batch"},))
     bundle = dycl_iree.export(model, (example,), dynamic_shapes=({0: "batch"},))
     assert bundle.host == "compiled"
     run = dycl_iree.load(bundle.save(tmp_path / "batch.dycl"))
     with torch.no_grad():
         for batch in (1, 3):
-            sample = torch.randn(batch, 128, 6, 6)
+            sample = torch.randn(batch, channels, size, size)
             expected = model(sample).numpy()
             np.testing.assert_allclose(run(sample), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
