@@ -147,7 +147,8 @@ def convolution_with_transformed_filter(
     each of the m+2 rows of every tile is one strided slice (stride m) of the padded input, and
     each of its columns one of the columns. Both transforms go one direction at a time, rows then
     columns. The input transform is sums of those slices for F(2x2, 3x3), two matmuls by B^T for
-    F(4x4, 3x3) (`_input_transform_by_matmuls`); the output transform is sums (`_output_transform`).
+    F(4x4, 3x3) (`_input_transform_by_matmuls`); the output transform is sums, but for F(4x4, 3x3)'s
+    rows, a matmul by A^T (`_output_transform`).
     """
     batch, channels, height, width = input.shape
     m = output_tile
@@ -205,23 +206,31 @@ def _input_transform_by_matmuls(padded: torch.Tensor, m: int, tiles_h: int, tile
 
 def _output_transform(products: torch.Tensor, m: int, batch: int, tiles_h: int, tiles_w: int) -> torch.Tensor:
     """`A^T M A` of the products of every tile position, as the output [N, tiles_h * m, tiles_w * m,
-    F]: sums of the positions' products over the tile's rows, then its columns, each output pixel
-    stacked into place.
+    F]: the positions' products combined over the tile's rows (F(4x4, 3x3): one matmul by A^T;
+    F(2x2, 3x3): sums of 2 terms), then sums over its columns, each output pixel stacked into place.
 
-    Written as two matmuls by A^T, the pixels need a transpose into place after them, which IREE
-    did not cancel against the NCHW transpose after the convolution: in ResNet-18, where one
-    Winograd convolution feeds the next, two dispatches then wrote their output both NHWC and NCHW
-    (1.08 and 0.84 ms in IREE's profile), and the model was 1.019x the time of the sums
-    (`benchmarks/convolution_forms.py`, 11 rounds)."""
+    The columns' sums stay sums: as a second matmul by A^T the pixels need a transpose into place
+    after it, which IREE did not cancel against the NCHW transpose after the convolution: in
+    ResNet-18, where one Winograd convolution feeds the next, two dispatches then wrote their
+    output both NHWC and NCHW (1.08 and 0.84 ms in IREE's profile), and the model was 1.019x the
+    time of the sums (`benchmarks/convolution_forms.py`, 11 rounds). The rows' matmul against their
+    sums, whole processes of `iree-benchmark-module`, 7 alternating pairs, median ratio: one
+    convolution between two 1x1 ones 0.955 (64 channels at 56x56) and 0.972 (128 at 28x28),
+    ResNet-18 0.988."""
     a_t = TRANSFORMS[m][2]
-    alpha = m + 2
-    products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, products.shape[2])
-    partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
+    alpha, channels = m + 2, products.shape[2]
+    if m == 4:
+        by_rows = aten.mm(_matrix(a_t, products.dtype), products.reshape(alpha, -1))
+        by_rows = by_rows.reshape(m, alpha, batch, tiles_h, tiles_w, channels)
+        partial = [aten.select(by_rows, 0, p) for p in range(m)]
+    else:
+        products = products.reshape(alpha, alpha, batch, tiles_h, tiles_w, channels)
+        partial = [_combination(a_t[p], [aten.select(products, 0, a) for a in range(alpha)]) for p in range(m)]
     out_rows = []
     for p in range(m):
         pixels = [_combination(a_t[q], [aten.select(partial[p], 0, b) for b in range(alpha)]) for q in range(m)]
         out_rows.append(aten.stack(pixels, 3))  # [N, tiles_h, tiles_w, m, F]
-    return aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, products.shape[-1])
+    return aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, channels)
 
 
 def _matrix(rows: list[list[Fraction]], dtype: torch.dtype) -> torch.Tensor:
