@@ -145,10 +145,10 @@ def convolution_with_transformed_filter(
 
     The input is padded to whole tiles; tile (t, u)'s row i is the padded input's row t*m + i, so
     each of the m+2 rows of every tile is one strided slice (stride m) of the padded input, and
-    each of its columns one of the columns. Both transforms go one direction at a time, rows then
-    columns. The input transform is sums of those slices for F(2x2, 3x3), two matmuls by B^T for
-    F(4x4, 3x3) (`_input_transform_by_matmuls`); the output transform is sums, but for F(4x4, 3x3)'s
-    rows, a matmul by A^T (`_output_transform`).
+    each of its columns one of the columns. Both transforms go one direction at a time. The input
+    transform is sums of those slices for F(2x2, 3x3), two matmuls by B^T for F(4x4, 3x3)
+    (`_input_transform_by_matmuls`); the output transform is sums, but for F(4x4, 3x3)'s rows, a
+    matmul by A^T (`_output_transform`).
     """
     batch, channels, height, width = input.shape
     m = output_tile
