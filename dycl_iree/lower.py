@@ -35,7 +35,7 @@ import torch.fx as fx
 from torch.export import Dim
 
 from . import winograd
-from .decompositions import decomposition_table, depthwise_convolution_activated
+from .decompositions import decomposition_table, depthwise_convolution_activated, one_row_linear
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
 from .one_trace import OVERRIDE, split_table
@@ -457,9 +457,11 @@ def _segment_graph(
         overload = overload_of(op.target)
         args = [convert(a) for a in op.args]
         kwargs = {k: convert(a) for k, a in op.kwargs}
-        tile, weight = 0, None
+        tile, weight, linear = 0, None, None
         if overload is torch.ops.aten.linear.default and (matrix := _constant_weight(op.args[1], 2)) is not None:
-            args[1] = stored_as(matrix, [1, 0])  # [in, out], as IREE's matmuls read it
+            linear = one_row_linear(op.args[0].type if isinstance(op.args[0], Value) else None, matrix)
+            if linear is None:
+                args[1] = stored_as(matrix, [1, 0])  # [in, out], as IREE's matmuls read it
         if overload in _CONV2D and (weight := _constant_weight(op.args[1])) is not None:
             tile = _winograd_tile(overload, op.args[0], weight, args, kwargs)
             if not tile:
@@ -491,6 +493,8 @@ def _segment_graph(
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             winograd_args = (args[0], transformed, bias, padding, tile)
             node = graph.call_function(winograd.convolution_with_transformed_filter, winograd_args)
+        elif linear is not None:
+            node = graph.call_function(linear, tuple(args), kwargs)
         else:
             node = graph.call_function(overload, tuple(args), kwargs)
         # torch.export renames nodes but keeps "custom" metadata: how `_explain` finds the op.
