@@ -2,8 +2,8 @@
 IREE's ukernels make the deployment-size models faster on one thread, and keep them right.
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
-        [--compare winograd|winograd-f4|winograd-matmuls|dynamic-rows|linear-weights|matmuls|depthwise|scaled-taps
-                   |small-matmuls|padded-expansion|stem-padding|inverted-residuals|panels|tap-tiles
+        [--compare winograd|winograd-f4|winograd-matmuls|one-row-linear|average-pooling|dynamic-rows
+                   |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals|panels|tap-tiles
                    |convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view
                    |ukernels]
 
@@ -49,6 +49,10 @@ its rows lie a multiple of 1 KiB apart and read through a slice, as exported (`w
 F(4x4, 3x3) from 28x28 pixels, as exported (`winograd.F4_MIN_PIXELS`).
 `--compare winograd-matmuls`: F(4x4, 3x3)'s input transform as sums of strided slices (before), or
 as two matmuls by B^T, as exported (`winograd._input_transform_by_matmuls`).
+`--compare one-row-linear`: a linear layer of one row by a weight of 2^18 elements or more as a
+data-tiled matmul (before), or as dot products with the weight's rows, as exported
+(`decompositions.one_row_linear`). `--compare average-pooling`: an average pooling whose windows tile
+its input as one mean over both window dims (before), or over the columns then the rows, as exported.
 `--compare dynamic-rows`: matmuls whose rows are known only at run time in IREE's own tile (before),
 or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS`).
 `--compare linear-weights`: linear layers' constant weights as the layer stores them, [out, in]
@@ -103,6 +107,19 @@ _CONSTANT_WEIGHT = lower._constant_weight  # the exporter's own, kept: `--compar
 def _filters_only(arg, rank: int = 4):
     """`lower._constant_weight` for convolution filters only: linear weights stay as stored."""
     return None if rank == 2 else _CONSTANT_WEIGHT(arg, rank)
+
+
+def _average_in_one_step(input, kernel_size, stride=(), padding=(0,), ceil_mode=False, *rest):
+    """`decompositions.avg_pool_as_reduction` as it was: one mean over both window dims."""
+    kernel = decompositions._tiling_windows(input, kernel_size, stride, padding, ceil_mode=ceil_mode)
+    tiling = kernel is not None and not (ceil_mode and decompositions._unit_strides(kernel_size, stride))
+    if not tiling or (len(rest) > 1 and rest[1] is not None):  # rest: count_include_pad, divisor_override
+        return _AVERAGE_IN_TWO_STEPS(input, kernel_size, stride, padding, ceil_mode, *rest)
+    windows = decompositions._windows_nhwc(input, *kernel)
+    return decompositions._nchw(torch.ops.aten.mean.dim(windows, [2, 4]))
+
+
+_AVERAGE_IN_TWO_STEPS = decompositions.avg_pool_as_reduction
 
 
 def _bounds_before(in_channels: int, pixels: int) -> bool:
@@ -203,6 +220,18 @@ COMPARISONS = {
             winograd._input_transform_by_slices,
         ),
         "as exported (as matmuls)": (winograd, "_input_transform_by_matmuls", None),
+    },
+    "one-row-linear": {
+        "one row by a large weight as a data-tiled matmul (before)": (lower, "one_row_linear", lambda *args: None),
+        "as exported (dot products with the weight's rows)": (lower, "one_row_linear", None),
+    },
+    "average-pooling": {
+        "average pooling as one reduction over the window (before)": (
+            decompositions,
+            "avg_pool_as_reduction",
+            _average_in_one_step,
+        ),
+        "as exported (the window's columns, then its rows)": (decompositions, "avg_pool_as_reduction", None),
     },
     "dynamic-rows": {
         "matmuls of run-time rows in IREE's tile (before)": (data_tiling, "DYNAMIC_ROWS", False),

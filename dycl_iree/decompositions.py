@@ -244,11 +244,11 @@ def pointwise_convolution_as_matmul(
 
 
 def one_row_linear(input_type: Any, weight: torch.Tensor) -> Any:
-    """`linear_of_one_row` for a linear layer with a constant `weight` [out, in] whose input (a
-    Program `TensorType`) is one row, of static size, and whose weight has 2^18 elements or more
+    """`linear_of_one_row` for a linear layer with a constant float32 `weight` [out, in] whose input
+    (a Program `TensorType`) is one row, of static size, and whose weight has 2^18 elements or more
     (it streams from memory at every call), under the AVX2 matmul rule; else None."""
     rows = getattr(input_type, "shape", (None, None))[:-1]
-    if not all(isinstance(size, int) for size in rows) or math.prod(rows) != 1:
+    if not all(isinstance(size, int) for size in rows) or math.prod(rows) != 1 or weight.dtype != torch.float32:
         return None
     large = weight.numel() >= 1 << data_tiling.AVX2_MIN_WEIGHT_LOG2
     return linear_of_one_row if large and cpu_features.avx2_matmul_rule() else None
