@@ -3,9 +3,9 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
 
     python benchmarks/convolution_forms.py [--models resnet18,resnet50] [--rounds 9] [--cpu znver3]
         [--compare winograd|winograd-f4|winograd-matmuls|one-row-linear|average-pooling|dynamic-rows
-                   |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding|inverted-residuals|panels|tap-tiles
-                   |convolution-bounds|winograd-padding|late-matmuls|late-matmuls-unpadded|padded-weight-view
-                   |ukernels]
+                   |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
+                   |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls
+                   |late-matmuls-unpadded|padded-weight-view|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):

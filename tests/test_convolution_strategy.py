@@ -171,8 +171,8 @@ def test_winograd_in_float32_stays_within_the_contract(channels: int, size: int,
 
 def test_f4_points_are_more_accurate_than_lavin_and_grays(monkeypatch: pytest.MonkeyPatch) -> None:
     """The premise of `winograd.TRANSFORMS[4]`: Lavin and Gray's points lose 2-3x the accuracy (at
-    56x56 5.3e-6 of the largest output against 2.6e-6, with the transforms as matmuls; 7.2e-6 as
-    sums of slices, near the contract)."""
+    56x56 5.3e-6 of the largest output against 2.6e-6, with the input transform as matmuls; 7.2e-6
+    as sums of slices, near the contract)."""
     ours = _float32_error(64, 56, 4)
     monkeypatch.setitem(winograd.TRANSFORMS, 4, LAVIN_F4)
     lavin = _float32_error(64, 56, 4)
