@@ -256,10 +256,11 @@ def one_row_linear(input_type: Any, weight: torch.Tensor) -> Any:
 
 def linear_of_one_row(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer of one row as the dot products of the input with the weight's rows, as stored:
-    one reduction IREE runs streaming several rows side by side, where the matmul, data-tiled below
-    48 rows, streams one packed panel at a time. Four layers in a row, weights read from memory
-    (AVX2, one thread, IREE's profile, 3 rounds, ms): 2048 -> 1000 1.20 -> 1.11-1.15, 8192 -> 1000
-    4.69-5.18 -> 4.14-4.44, 16384 -> 1000 9.43-11.33 -> 8.62-8.80. Not measured with AVX-512.
+    one reduction IREE tiles 8 weight rows at a time, read side by side, where the matmul, data-tiled
+    below 48 rows, reads the packed weight one panel of 16 columns at a time. Four layers in a row,
+    weights read from memory (AVX2, one thread, IREE's profile, 3 rounds, ms): 2048 -> 1000 1.20 ->
+    1.11-1.15, 8192 -> 1000 4.69-5.18 -> 4.14-4.44, 16384 -> 1000 9.43-11.33 -> 8.62-8.80. Not
+    measured with AVX-512.
 
     >>> x, w, b = torch.randn(1, 6), torch.randn(4, 6), torch.randn(4)
     >>> torch.allclose(linear_of_one_row(x, w, b), torch.nn.functional.linear(x, w, b), atol=1e-6)
