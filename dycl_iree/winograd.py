@@ -175,11 +175,11 @@ def _input_transform_by_slices(padded: torch.Tensor, m: int, tiles_h: int, tiles
     batch, channels = padded.shape[0], padded.shape[3]
     b_t = TRANSFORMS[m][0]
     alpha = m + 2
-    rows = [aten.slice(padded, 1, i, i + m * (tiles_h - 1) + 1, m) for i in range(alpha)]
+    rows = _tile_slices(padded, 1, m, tiles_h)
     positions = []
     for a in range(alpha):
         row = _combination(b_t[a], rows)  # [N, tiles_h, padded width, C]
-        columns = [aten.slice(row, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)]
+        columns = _tile_slices(row, 2, m, tiles_w)
         for b in range(alpha):
             positions.append(_combination(b_t[b], columns).reshape(1, batch * tiles_h * tiles_w, channels))
     return aten.cat(positions, 0)
@@ -198,9 +198,9 @@ def _input_transform_by_matmuls(padded: torch.Tensor, m: int, tiles_h: int, tile
     batch, height, channels = padded.shape[0], padded.shape[1], padded.shape[3]
     b_t = _matrix(TRANSFORMS[m][0], padded.dtype)
     alpha = m + 2
-    columns = aten.stack([aten.slice(padded, 2, j, j + m * (tiles_w - 1) + 1, m) for j in range(alpha)], 0)
+    columns = aten.stack(_tile_slices(padded, 2, m, tiles_w), 0)
     by_columns = aten.mm(b_t, columns.reshape(alpha, -1)).reshape(alpha, batch, height, tiles_w, channels)
-    rows = aten.stack([aten.slice(by_columns, 2, i, i + m * (tiles_h - 1) + 1, m) for i in range(alpha)], 0)
+    rows = aten.stack(_tile_slices(by_columns, 2, m, tiles_h), 0)
     return aten.mm(b_t, rows.reshape(alpha, -1)).reshape(alpha * alpha, batch * tiles_h * tiles_w, channels)
 
 
@@ -231,6 +231,12 @@ def _output_transform(products: torch.Tensor, m: int, batch: int, tiles_h: int, 
         pixels = [_combination(a_t[q], [aten.select(partial[p], 0, b) for b in range(alpha)]) for q in range(m)]
         out_rows.append(aten.stack(pixels, 3))  # [N, tiles_h, tiles_w, m, F]
     return aten.stack(out_rows, 2).reshape(batch, tiles_h * m, tiles_w * m, channels)
+
+
+def _tile_slices(tensor: torch.Tensor, dim: int, m: int, tiles: int) -> list[torch.Tensor]:
+    """The m + 2 strided slices of `tensor` along `dim` (stride m) whose slice i holds position i of
+    every tile: tile t's position i is `tensor`'s index t * m + i."""
+    return [aten.slice(tensor, dim, i, i + m * (tiles - 1) + 1, m) for i in range(m + 2)]
 
 
 def _matrix(rows: list[list[Fraction]], dtype: torch.dtype) -> torch.Tensor:
