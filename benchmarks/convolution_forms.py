@@ -5,7 +5,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
         [--compare winograd|winograd-f4|winograd-matmuls|one-row-linear|average-pooling|dynamic-rows
                    |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
                    |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls
-                   |late-matmuls-unpadded|padded-weight-view|ukernels]
+                   |late-matmuls-unpadded|padded-weight-view|avx512|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -59,6 +59,9 @@ or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS
 (before), or stored [in, out], as exported (`lower._constant_weight`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
+`--compare avx512`: with AVX-512, the convolutions in IREE's direct form (`cpu_features.
+direct_convolutions_fast` patched to True), or as Winograd and im2col with the 6 x 16 register
+tile only (`data_tiling.WIDE_REGISTER_TILES` empty), or with the wide register tiles, as exported.
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -244,6 +247,15 @@ COMPARISONS = {
     "tap-tiles": {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),
         "as exported (up to 8 pixels of a row x 8 channels)": (tap_tiles, "compile_flags", None),
+    },
+    "avx512": {
+        "IREE's direct convolutions (before), register tiles as exported": (
+            cpu_features,
+            "direct_convolutions_fast",
+            lambda: True,
+        ),
+        "Winograd and im2col, the 6 x 16 register tile only": (data_tiling, "WIDE_REGISTER_TILES", ()),
+        "as exported (Winograd and im2col, wide register tiles)": (data_tiling, "WIDE_REGISTER_TILES", None),
     },
     "ukernels": {
         "as exported": (data_tiling, "compile_flags", None),

@@ -118,9 +118,9 @@ def target_flags(target: str, cpu_threads: int = 1, branches_as_blocks: bool = F
     pool ran as 8 workgroups of 2-wide vectors (5.0 us; one 16-wide workgroup: 3.2 us), and every
     convolution as 8 workgroups. `local-sync`, the runtime's default driver, runs on one thread,
     so 1 is the default (up to 15% faster per zoo model); a bundle for `local-task` should say how many
-    workers it will have. On an x86 CPU, `llvm-cpu` data-tiles the matmuls `data_tiling` picks (by
-    one rule with AVX-512, another with AVX2 only, which also sets the register tile of the rest, and
-    of depthwise convolutions' taps: `tap_tiles`).
+    workers it will have. On an x86 CPU with AVX2, `llvm-cpu` data-tiles the matmuls `data_tiling`
+    picks and gives the rest its register tiles (wider with AVX-512), and depthwise convolutions'
+    taps theirs (`tap_tiles`).
     """
     if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
         raise DyclError(f"cpu_threads must be a positive int, not {cpu_threads!r}")
@@ -131,11 +131,10 @@ def target_flags(target: str, cpu_threads: int = 1, branches_as_blocks: bool = F
         flags = [TARGETS["cuda"][0], CUDA_FLAG + _cuda_architecture(target.split(":", 1)[1])]
     elif target in TARGETS:
         flags = list(TARGETS[target])
-        if target == "llvm-cpu" and cpu_features.has_avx512():
-            flags += data_tiling.compile_flags()  # the matmuls with few rows and a large weight
-        elif target == "llvm-cpu" and cpu_features.has_avx2():
-            # and the register tile and weight panels of the others, in a preprocessing pipeline of its own
-            rule = data_tiling.compile_flags(avx512=False, preprocessing=(CHANNELS_LAST,))
+        if target == "llvm-cpu" and cpu_features.has_avx2():
+            # data tiling of the matmuls with few rows and a large weight, the register tile and weight
+            # panels of the others (wide with AVX-512), in a preprocessing pipeline of its own
+            rule = data_tiling.compile_flags((CHANNELS_LAST,), wide=cpu_features.has_avx512())
             pipeline = [flag for flag in rule if flag.startswith(data_tiling.PIPELINE_FLAG)]
             flags = [pipeline[0] if pipeline and flag.startswith(data_tiling.PIPELINE_FLAG) else flag for flag in flags]
             flags += [flag for flag in rule if flag not in pipeline] + tap_tiles.compile_flags()

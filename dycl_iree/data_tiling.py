@@ -1,5 +1,5 @@
-"""Which matmuls IREE data-tiles on an x86 CPU (those with few rows and a large weight), and, without
-AVX-512, the register tile of the others.
+"""Which matmuls IREE data-tiles on an x86 CPU with AVX2 (those with few rows and a large weight), and
+the register tile of the others (wider with AVX-512).
 
 IREE's data tiling (`--iree-opt-data-tiling`) packs a matmul's operands into tiles its mmt4d code
 reads in order; a constant weight is packed at compile time, the activations at each call. Turned
@@ -46,6 +46,16 @@ carries the hint, instead of marking all its matmuls. The weight size is matched
 N >= 2^(19-a)" (18 with AVX2) for some a, since the spec can compare sizes but not multiply them:
 a weight of 2^19 elements or more whose sides are powers of two always matches, others may not.
 
+With AVX-512 (32 vector registers of 16 floats) the same rule holds with wider register tiles:
+4 rows x 64 columns for matmuls whose columns are a multiple of 64, 6 x 32 for the other multiples
+of 32, 6 x 16 for the rest (`WIDE_REGISTER_TILES`). That rule replaced AVX-512's own, which
+data-tiled the matmuls of at most 196 rows and a weight of 2^19 elements or more (the numbers
+above, measured on an AMD Zen 4) and left the rest, and the convolutions, to IREE: on an Intel
+Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512-forms`, CPU
+time, 7 rounds) ResNet-18 ran 62.0 -> 32.6 ms with the convolutions as Winograd and im2col and the
+AVX2 rule, 21.8 with the wide tiles; ResNet-50 112.2 -> 69.4 -> 52.7, MobileNetV2 8.27 -> 6.64 ->
+5.83 (README, performance; Zen 4 not measured again).
+
 Only for `llvm-cpu` on this machine's x86 CPU (`compile.target_flags`), where it was measured;
 cross-compiled targets keep their flags.
 
@@ -53,7 +63,8 @@ Example:
     >>> flags = compile_flags()
     >>> flags[0]
     '--iree-opt-data-tiling'
-    >>> "linalg.matmul" in Path(flags[1].split("=", 1)[1]).read_text()
+    >>> spec = flags[1].split("transform-spec-path=", 1)[1].split("}", 1)[0]
+    >>> "linalg.matmul" in Path(spec).read_text()
     True
 """
 
@@ -79,6 +90,9 @@ REGISTER_TILE_ROWS = {
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
 REGISTER_TILE = (6, 16)  # rows x columns in registers
+# With AVX-512 (32 vector registers of 16 floats) a matmul whose columns are a multiple of a wide
+# tile's (up to PANELS_MAX_COLUMNS) takes the first such tile; the others REGISTER_TILE.
+WIDE_REGISTER_TILES = ((4, 64), (6, 32))
 # The columns (N) of a workgroup of a register-tiled matmul: 32 was 0.87-1.10x as fast on ResNet-50's
 # 1x1 shapes, 128 and 256 0.81-1.01x, and iree-compile rejects them with blocked reductions ("large
 # vector sizes"), `benchmarks/conv_shapes.py`.
@@ -208,7 +222,9 @@ def _compilation_info(workgroup: str, registers: str, reduction_step: str, reduc
     )
 
 
-def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False) -> str:
+def spec_text(
+    max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False, wide: bool = False
+) -> str:
     """The transform-dialect spec that marks functions and the matmuls to data-tile, and, with
     `register_tile`, gives the other large matmuls the 6 x 16 register tile (first match wins).
 
@@ -227,19 +243,22 @@ def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, 
     pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
-        panel_matchers, panel_pairs, actions = _panel_rules()
+        panel_matchers, panel_pairs, actions = _panel_rules(WIDE_REGISTER_TILES[0] if wide else REGISTER_TILE)
         matchers += panel_matchers
         pairs += panel_pairs
-    if register_tile:
+    for tile, columns in _register_tiles(wide) if register_tile else []:
         for op, batch_dims in REGISTER_TILE_OPS.items():
             for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
                 # The deep reductions first, in cache blocks; then the rest, whole.
                 depths = [(REGISTER_TILE_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if REGISTER_TILE_BLOCKED_FROM else []
                 for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
                     suffix = f"{op.split('.')[1]}_{rows[0]}" + (f"_k{min_depth}" if depth else "")
-                    matchers.append(_matmul_matcher(f"@large_{suffix}", rows, min_depth, REGISTER_TILE_MIN_SIZE, op))
-                    pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
-                    info = register_tile_info(workgroup_rows, batch_dims, REGISTER_TILE, depth)
+                    suffix += f"_{tile[0]}x{tile[1]}"
+                    for count in columns or [REGISTER_TILE_MIN_SIZE]:
+                        name = f"@large_{suffix}" + (f"_n{count}" if columns else "")
+                        matchers.append(_matmul_matcher(name, rows, min_depth, count, op, exact_columns=bool(columns)))
+                        pairs.append(f"{name} -> @register_tile_{suffix}")
+                    info = register_tile_info(workgroup_rows, batch_dims, tile, depth)
                     actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
       %op: !transform.any_op {{transform.readonly}}) {{
     %info = transform.param.constant {info} -> !transform.any_param
@@ -265,21 +284,40 @@ def spec_text(max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, 
 """
 
 
-def panel_info(rows: int, depth: int = 0) -> str:
+def _register_tiles(wide: bool) -> list[tuple[tuple[int, int], list[int] | None]]:
+    """The register tiles in the order the spec matches them, each with the column counts it takes
+    (None: every count from REGISTER_TILE_MIN_SIZE): with `wide`, the wide tiles for the multiples of
+    their columns that no tile before took, then REGISTER_TILE.
+
+    >>> [(tile, columns and columns[:3]) for tile, columns in _register_tiles(True)]
+    [((4, 64), [64, 128, 192]), ((6, 32), [32, 96, 160]), ((6, 16), None)]
+    """
+    tiles: list[tuple[tuple[int, int], list[int] | None]] = []
+    taken: set[int] = set()
+    for tile in WIDE_REGISTER_TILES if wide else ():
+        columns = [count for count in range(tile[1], PANELS_MAX_COLUMNS + 1, tile[1]) if count not in taken]
+        taken.update(columns)
+        tiles.append((tile, columns))
+    return [*tiles, (REGISTER_TILE, None)]
+
+
+def panel_info(rows: int, depth: int = 0, tile: tuple[int, int] = REGISTER_TILE) -> str:
     """The `compilation_info` of a matmul packed into weight panels, whose loops are then (M, N / 16,
-    16, K): workgroups of `rows` rows and REGISTER_TILE_WORKGROUP_COLUMNS columns, 6 rows x one
-    panel in registers, the reduction in blocks of `depth` (0: whole)."""
+    16, K): workgroups of `rows` rows and REGISTER_TILE_WORKGROUP_COLUMNS columns, the register
+    `tile` (6 rows x one panel, or as many panels as its columns span) in registers, the reduction
+    in blocks of `depth` (0: whole)."""
     return _compilation_info(
         workgroup=f"[{rows}, {REGISTER_TILE_WORKGROUP_COLUMNS // PANEL}, {PANEL}, 0]",
-        registers=f"[{REGISTER_TILE[0]}, 1, {PANEL}, 0]",
+        registers=f"[{tile[0]}, {max(1, tile[1] // PANEL)}, {PANEL}, 0]",
         reduction_step="[0, 0, 0, 8]",
         reduction_block=f"[0, 0, 0, {depth}]" if depth else None,
     )
 
 
-def _panel_rules() -> tuple[list[tuple[str, str]], list[str], list[str]]:
+def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """The matchers of the matmuls `reads_panels` picks (one per column count, as the spec compares
-    sizes but cannot divide them), their pairs, and the actions that pack their weights."""
+    sizes but cannot divide them), their pairs, and the actions that pack their weights and give
+    them the register `tile`."""
     matchers, pairs, actions = [], [], []
     depths = [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
     for rows, workgroup_rows in REGISTER_TILE_ROWS["linalg.matmul"].items():
@@ -301,7 +339,7 @@ def _panel_rules() -> tuple[list[tuple[str, str]], list[str], list[str]]:
         -> (!transform.op<"linalg.generic">, !transform.op<"linalg.pack">, !transform.any_op)
     %ordered = transform.structured.interchange %panels iterator_interchange = [0, 1, 3, 2]
         : (!transform.op<"linalg.generic">) -> !transform.op<"linalg.generic">
-    %info = transform.param.constant {panel_info(workgroup_rows, depth)} -> !transform.any_param
+    %info = transform.param.constant {panel_info(workgroup_rows, depth, tile)} -> !transform.any_param
     transform.annotate %ordered "compilation_info" = %info : !transform.op<"linalg.generic">, !transform.any_param
     transform.yield
   }}""")
@@ -345,17 +383,17 @@ def _matmul_matcher(
     return name, text
 
 
-def compile_flags(avx512: bool = True, preprocessing: tuple[str, ...] = ()) -> list[str]:
-    """The iree-compile flags that data-tile the matmuls `spec_text` marks, by the rule for AVX-512
-    or (`avx512` False) for AVX2, which also sets the register tile of the other large matmuls and
-    packs weights into panels; that one is a whole preprocessing pipeline: the target's own passes
-    (`preprocessing`), the spec, then the pass that makes the panels' unpacks reshapes.
+def compile_flags(preprocessing: tuple[str, ...] = (), wide: bool = False) -> list[str]:
+    """The iree-compile flags that data-tile the matmuls `spec_text` marks, set the register tile of
+    the other large matmuls (the wide tiles too with `wide`: AVX-512) and pack weights into panels:
+    a whole preprocessing pipeline, the target's own passes (`preprocessing`), the spec, then the
+    pass that makes the panels' unpacks reshapes.
     The spec is written to the temp folder (not the compile cache's, whose entries `cache clear`
     and the size bound remove), named by its content, so a changed rule is a changed flag and a
     changed cache key; it is written again if missing when the next compile asks for it."""
-    text = spec_text() if avx512 else spec_text(AVX2_MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True)
+    text = spec_text(AVX2_MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True, wide=wide)
     path = written_spec(text)
-    if avx512 or not PANELS_MIN_WEIGHT_LOG2:
+    if not PANELS_MIN_WEIGHT_LOG2:
         return ["--iree-opt-data-tiling", f"--iree-preprocessing-transform-spec-filename={path}"]
     # The spec runs in the preprocessing pipeline, so that the unpacks it makes become reshapes after it.
     passes = [*preprocessing, f"iree-preprocessing-transform-interpreter{{transform-spec-path={path}}}", _SIMPLIFY]

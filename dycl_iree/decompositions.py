@@ -144,8 +144,10 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     22.2). IREE's own im2col of every convolution made SDN-ResNet-56 (8-32 channels at 8x8-32x32)
     1.7x slower, so only large convolutions take it (`winograd.outgrows_direct`: from 128 input
     channels, 64 at 14x14 output pixels, 32 at 28x28). No convolution of the zoo does. With
-    AVX-512 the direct convolution is 1.1-1.3x faster than im2col at each of ResNet's shapes, so
-    nothing changes there. On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
+    AVX-512 the direct convolution had measured 1.1-1.3x faster than im2col at each of ResNet's
+    shapes on an AMD Zen 4, but on an Intel Xeon it is the slower form (layer3's strided 3x3 109 ->
+    138 GFLOP/s as im2col in the wide register tile), so every CPU target takes these forms now
+    (`cpu_features.direct_convolutions_fast`). On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
     channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
     (README, performance).
     """
@@ -251,7 +253,7 @@ def one_row_linear(input_type: Any, weight: torch.Tensor) -> Any:
     if not all(isinstance(size, int) for size in rows) or math.prod(rows) != 1 or weight.dtype != torch.float32:
         return None
     large = weight.numel() >= 1 << data_tiling.AVX2_MIN_WEIGHT_LOG2
-    return linear_of_one_row if large and cpu_features.avx2_matmul_rule() else None
+    return linear_of_one_row if large and cpu_features.register_tile_rule() else None
 
 
 def linear_of_one_row(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -276,7 +278,7 @@ def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tens
     evaluates at compile time) and read through a slice of its true columns (`PADDED_WEIGHT_VIEW`)."""
     columns = matrix.shape[1]
     padded = columns
-    if cpu_features.avx2_matmul_rule():
+    if cpu_features.register_tile_rule():
         padded = data_tiling.padded_columns(rows.shape[0], matrix.shape[0], columns)
     if padded != columns and PADDED_WEIGHT_VIEW:
         stored = aten.constant_pad_nd(matrix, [0, padded - columns])

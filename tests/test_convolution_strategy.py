@@ -52,7 +52,8 @@ def _lowered_ops(model: nn.Module, example: torch.Tensor, dynamic_shapes: Any = 
         (64, 8, 3, 1, False, "direct"),  # the zoo's sizes stay direct: 64 channels at 8x8, 32-48 at 16x16
         (48, 16, 3, 1, False, "direct"),
         (16, 32, 3, 1, False, "direct"),
-        (128, 14, 3, 1, True, "direct"),  # with AVX-512 IREE's direct convolution (Winograd unmeasured)
+        (128, 14, 3, 1, True, "winograd"),  # with AVX-512 too (IREE's direct convolution is slow there)
+        (64, 28, 3, 2, True, "im2col"),
     ],
 )
 def test_the_form_of_a_convolution_follows_its_shape_and_the_cpu(
@@ -97,15 +98,14 @@ def test_an_export_chooses_forms_for_its_first_target(monkeypatch: pytest.Monkey
         seen.append(cpu_features.direct_convolutions_fast())
         raise RuntimeError("stop after choosing")
 
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: True)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
     monkeypatch.setattr(pipeline, "lower", stop)
     model = nn.Conv2d(128, 8, 3, 1, 1).eval()
-    for targets in (("llvm-cpu:aarch64-linux-gnu", "llvm-cpu"), ("llvm-cpu", "llvm-cpu:aarch64-linux-gnu")):
+    for targets in (("vulkan", "llvm-cpu"), ("llvm-cpu", "vulkan")):
         with pytest.raises(RuntimeError, match="stop after choosing"):
             dycl_iree.export(model, (torch.randn(1, 128, 14, 14),), targets=targets)
-    assert seen == [False, True]
-    assert cpu_features.direct_convolutions_fast()  # the host's choice again after the export
+    assert seen == [True, False]
+    assert not cpu_features.direct_convolutions_fast()  # the host's choice again after the export
 
 
 @pytest.mark.parametrize("output_tile", [2, 4])
@@ -164,9 +164,9 @@ def _float32_error(channels: int, size: int, output_tile: int) -> float:
     [(256, 14, 2), (64, 56, 4), (128, 28, 4)],  # the tiles `output_tile` gives ResNet's layers 3, 1 and 2
 )
 def test_winograd_in_float32_stays_within_the_contract(channels: int, size: int, output_tile: int) -> None:
-    """Within the direct convolution's own float32 error (0.8-2.2e-6 on these shapes), far from the
-    1e-5 contract."""
-    assert _float32_error(channels, size, output_tile) < 3e-6
+    """Near the direct convolution's own float32 error (0.8-2.2e-6 on these shapes; F(4x4, 3x3)'s
+    2.6-3.1e-6 on an AMD Zen 3 and an Intel Xeon), far from the 1e-5 contract."""
+    assert _float32_error(channels, size, output_tile) < 4e-6
 
 
 def test_f4_points_are_more_accurate_than_lavin_and_grays(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,12 +186,13 @@ def test_f4_points_are_more_accurate_than_lavin_and_grays(monkeypatch: pytest.Mo
 def test_the_winograd_tile_grows_with_the_pixels(
     channels: int, size: int, tile: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """F(4x4, 3x3) from 28x28 pixels, F(2x2, 3x3) below, the direct form where Winograd does not pay;
-    and no Winograd with AVX-512."""
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: False)
-    assert winograd.output_tile(channels, channels, [size, size]) == tile
-    monkeypatch.setattr(cpu_features, "has_avx512", lambda: True)
-    assert winograd.output_tile(channels, channels, [size, size]) == 0
+    """F(4x4, 3x3) from 28x28 pixels, F(2x2, 3x3) below, the direct form where Winograd does not pay,
+    with AVX2 or AVX-512; no Winograd for a GPU."""
+    for avx512 in (False, True):
+        monkeypatch.setattr(cpu_features, "has_avx512", lambda: avx512)
+        assert winograd.output_tile(channels, channels, [size, size]) == tile
+    with cpu_features.exporting_for("vulkan"):
+        assert winograd.output_tile(channels, channels, [size, size]) == 0
 
 
 class StridedBlock(nn.Module):

@@ -80,18 +80,11 @@ def _set_cpu(monkeypatch, avx512: bool, avx2: bool) -> None:
 
 
 @pytest.mark.parametrize(("avx512", "avx2"), [(True, True), (False, True), (False, False)])
-def test_only_the_wide_matmul_is_data_tiled_and_only_with_avx512(avx512: bool, avx2: bool, monkeypatch) -> None:
+def test_matmuls_of_49_rows_are_not_data_tiled(avx512: bool, avx2: bool, monkeypatch) -> None:
+    """With AVX2 or AVX-512 their 49 rows take the register tile (below), off x86 IREE's own tiles."""
     _set_cpu(monkeypatch, avx512, avx2)
     torch.manual_seed(0)
-    encoded = _encoded_shapes(WideAndNarrow().eval(), torch.randn(1, 512, 7, 7))
-    if avx512:
-        # The wide matmul's weight is packed (its activations may be packed inside the dispatch
-        # that makes them); nothing of the narrow one.
-        assert "512x2048xf32" in encoded, encoded
-        assert not any("2048x64" in shape or "64x2048" in shape for shape in encoded), encoded
-    else:
-        # With AVX2 only its 49 rows take the register tile (below), off x86 IREE's own tiles.
-        assert encoded == []
+    assert _encoded_shapes(WideAndNarrow().eval(), torch.randn(1, 512, 7, 7)) == []
 
 
 class FewRows(nn.Module):
@@ -185,7 +178,8 @@ def test_avx2_pads_a_small_weight_whose_rows_share_l1_sets(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("avx512", [True, False])
-def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx512: bool, monkeypatch) -> None:
+def test_large_matmuls_take_the_register_tile_of_the_cpu_and_none_is_data_tiled(avx512: bool, monkeypatch) -> None:
+    """6 x 16 with AVX2; with AVX-512 4 x 64 where the columns are a multiple of 64."""
     _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
     examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 64, 8, 8))
@@ -193,15 +187,12 @@ def test_avx2_tiles_large_matmuls_six_by_sixteen_and_data_tiles_none_of_them(avx
     encoded = set(re.findall(r"hal\.executable\.export public @\w*_encode_(\w+?)_to_", configurations))
     small = _configuration_lines(configurations, "64x64xf32")
     assert small, "no 64x64 matmul"
-    assert encoded == set(), encoded  # 2^18 weights: below AVX-512's bound, and 196 rows with AVX2
-    if avx512:
-        assert all("vector_common_parallel = [6, 16, 0]" not in line for line in small)
-        assert _configuration_lines(configurations, "256x1024xf32")
-    else:
-        expand = _panel_lines(configurations, "256x1024xf32")  # 2^18 weights: read as panels
-        assert expand and "x1040xf32" not in configurations, configurations
-        assert all("vector_common_parallel = [6, 1, 16, 0]" in line for line in expand), expand
-        assert all("vector_common_parallel = [6, 16, 0]" in line for line in small), small
+    assert encoded == set(), encoded  # 196 and 64 rows: the register tile
+    expand = _panel_lines(configurations, "256x1024xf32")  # 2^18 weights: read as panels
+    assert expand and "x1040xf32" not in configurations, configurations
+    panel_tile, tile = ("[4, 4, 16, 0]", "[4, 64, 0]") if avx512 else ("[6, 1, 16, 0]", "[6, 16, 0]")
+    assert all(f"vector_common_parallel = {panel_tile}" in line for line in expand), expand
+    assert all(f"vector_common_parallel = {tile}" in line for line in small), small
 
 
 class LateConvolutions(nn.Module):
@@ -395,6 +386,51 @@ def test_avx2_stores_winograds_filter_padded_where_its_rows_share_l1_sets(monkey
             weights.update({int(read): int(stored) for depth, stored, read in loads if depth != "49"})
     assert weights == {256: 272, 128: 128}, weights  # the bmm reads 256 of 272 stored columns
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "winograd.dycl"))
+    with torch.no_grad():
+        wants = [want.numpy() for want in model(*examples)]
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+class PointwiseWidths(nn.Module):
+    """1x1 convolutions at 8x8 (64 rows) of 64 -> 128, 96 and 144 channels, and a 3x3 one of 128
+    channels at 14x14 (Winograd's batch matmul, 128 columns): with AVX-512 the 4 x 64 register tile,
+    6 x 32, 6 x 16 and 4 x 64."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Conv2d(64, 128, 1)
+        self.middle = nn.Conv2d(64, 96, 1)
+        self.narrow = nn.Conv2d(64, 144, 1)
+        self.winograd = nn.Conv2d(128, 128, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        pointwise = [torch.relu(self.wide(x)), torch.relu(self.middle(x)), torch.relu(self.narrow(x))]
+        return pointwise + [torch.relu(self.winograd(y))]
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_avx512_tiles_matmuls_by_the_widest_tile_their_columns_are_a_multiple_of(
+    avx512: bool, monkeypatch, tmp_path: Path
+) -> None:
+    _set_cpu(monkeypatch, avx512, True)
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
+    torch.manual_seed(0)
+    model = PointwiseWidths().eval()
+    examples = (torch.randn(1, 64, 8, 8), torch.randn(1, 128, 14, 14))
+    configurations = _compiled(model, examples, "executable-configurations")
+    tiles = {}
+    for width in (128, 96, 144):
+        lines = configurations.splitlines()
+        (line,) = [line for line in lines if "linalg.matmul" in line and f"64x{width}xf32" in line]
+        tiles[width] = re.search(r"vector_common_parallel = \[(\d+), (\d+), 0\]", line).groups()
+    (batch,) = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
+    tiles["winograd"] = re.search(r"vector_common_parallel = \[1, (\d+), (\d+), 0\]", batch).groups()
+    if avx512:
+        assert tiles == {128: ("4", "64"), 96: ("6", "32"), 144: ("6", "16"), "winograd": ("4", "64")}, tiles
+    else:
+        assert set(tiles.values()) == {("6", "16")}, tiles
+    run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "widths.dycl"))
     with torch.no_grad():
         wants = [want.numpy() for want in model(*examples)]
     for got, want in zip(run(*[example.numpy() for example in examples]), wants, strict=True):

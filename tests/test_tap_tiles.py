@@ -98,11 +98,11 @@ def test_avx2_tiles_the_taps_by_a_divisor_of_their_width(batch: int, monkeypatch
     assert prime and not any(row in config for config in prime), tiles  # IREE's own tile
 
 
-@pytest.mark.parametrize("avx512", [True, False])
-def test_only_avx2_without_avx512_gets_the_tap_tile(avx512: bool, monkeypatch) -> None:
-    _set_cpu(monkeypatch, avx512, True)
+@pytest.mark.parametrize(("avx512", "avx2"), [(True, True), (False, True), (False, False)])
+def test_every_x86_cpu_with_avx2_gets_the_tap_tile(avx512: bool, avx2: bool, monkeypatch) -> None:
+    _set_cpu(monkeypatch, avx512, avx2)
     flags = compile_module.target_flags("llvm-cpu")
-    assert any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in flags) is not avx512
+    assert any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in flags) is avx2
     cross = compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
     assert not any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in cross)
 
