@@ -13,11 +13,14 @@ the machine is shared, and wall time counts the other jobs too):
 - `torch`: PyTorch eager (oneDNN);
 - `onnxruntime`: the same Conv2d + ReLU in NCHW through the TorchScript ONNX exporter, ONNX
   Runtime's CPU provider (it picks its own layout);
-- `AVX-512 as exported`: the flags `llvm-cpu` gets on an AVX-512 host (direct channels-last
-  convolution; a 1x1 convolution's matmul data-tiled where `dycl_iree.data_tiling` picks it), code
-  for this machine's CPU;
-- `AVX-512, no data tiling`: the same without data tiling, the form before it;
-- `AVX2 direct`: the same flags with code for an AVX2 CPU (`znver3`), which this machine runs too;
+- `AVX-512 as exported`: the graph and flags `llvm-cpu` gets on an AVX-512 host (the forms of
+  `AVX2 as exported`, below, with `dycl_iree.data_tiling`'s wide register tiles), code for this
+  machine's CPU;
+- `AVX-512, no data tiling`: the same without `data_tiling`'s rule (IREE's own tiles);
+- `AVX-512 direct`: every convolution as IREE's direct channels-last convolution, the form AVX-512
+  took before, with the rule;
+- `AVX2 direct`: IREE's direct convolution, without the rule, with code for an AVX2 CPU (`znver3`),
+  which this machine runs too;
 - `AVX2 as exported`: code for `znver3` from the graph the exporter makes on a CPU without AVX-512
   (`decompositions._im2col_wins`: im2col + matmul for many channels, Winograd's F(2x2, 3x3) for
   those of them that are 3x3 with stride 1, F(4x4, 3x3) from 28x28 pixels, `winograd.output_tile`)
@@ -263,10 +266,10 @@ def _variants() -> dict[str, Variant]:
     return {
         "AVX-512 as exported": Variant(host, True, True, None),
         "AVX-512, no data tiling": Variant(host, True, False, None),
-        "AVX-512 direct": Variant(host, True, True, 0),
+        "AVX-512 direct": Variant(host, True, True, 0, im2col=False),
         "AVX-512 Winograd F(2x2)": Variant(host, True, True, 2),
         "AVX-512 Winograd F(4x4)": Variant(host, True, True, 4),
-        "AVX2 direct": Variant(avx2, True, False, 0),
+        "AVX2 direct": Variant(avx2, True, False, 0, im2col=False),
         "AVX2 as exported": Variant(avx2, False, True, None),
         "AVX2 with IREE's matmul tiles": Variant(avx2, False, False, None),
         "AVX2 im2col": Variant(avx2, False, False, 0),
@@ -372,8 +375,8 @@ def _export(model: nn.Module, example: torch.Tensor, variant: Variant, folder: P
     compile_flags.TARGETS["llvm-cpu"] = variant.flags
     cpu_features.has_avx512 = lambda: variant.avx512
 
-    def tiling_flags(**rule: bool) -> list[str]:
-        flags = saved_tiling(**rule) if variant.tiled else []
+    def tiling_flags(*preprocessing: tuple[str, ...], **rule: bool) -> list[str]:
+        flags = saved_tiling(*preprocessing, **rule) if variant.tiled else []
         flags = [variant.opt_tiling if flag == "--iree-opt-data-tiling" else flag for flag in flags]
         return flags + list(variant.tiling_extra) if flags else flags
 

@@ -58,7 +58,8 @@ or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS
 `--compare linear-weights`: linear layers' constant weights as the layer stores them, [out, in]
 (before), or stored [in, out], as exported (`lower._constant_weight`).
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
-patched to give no flag) or in a row of up to 8 pixels, as exported (`dycl_iree/tap_tiles.py`).
+patched to give no flag), in a row of up to 8 pixels x 8 channels, or as exported (16 channels with
+AVX-512; `dycl_iree/tap_tiles.py`).
 `--compare avx512`: with AVX-512, the convolutions in IREE's direct form (`cpu_features.
 direct_convolutions_fast` patched to True), or as Winograd and im2col with the 6 x 16 register
 tile only (`data_tiling.WIDE_REGISTER_TILES` empty), or with the wide register tiles, as exported.
@@ -99,9 +100,9 @@ from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
 _TILING_FLAGS = data_tiling.compile_flags
 
 
-def _with_all_ukernels(**rule: bool) -> list[str]:
+def _with_all_ukernels(*preprocessing: tuple[str, ...], **rule: bool) -> list[str]:
     """The data-tiling rule's flags with IREE's ukernels for the matmuls it data-tiles."""
-    return [*_TILING_FLAGS(**rule), "--iree-llvmcpu-enable-ukernels=all"]
+    return [*_TILING_FLAGS(*preprocessing, **rule), "--iree-llvmcpu-enable-ukernels=all"]
 
 
 _CONSTANT_WEIGHT = lower._constant_weight  # the exporter's own, kept: `--compare linear-weights` patches it
@@ -245,8 +246,9 @@ COMPARISONS = {
         "as exported (stored [in, out])": (lower, "_constant_weight", None),
     },
     "tap-tiles": {
-        "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda: []),
-        "as exported (up to 8 pixels of a row x 8 channels)": (tap_tiles, "compile_flags", None),
+        "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda *_: []),
+        "up to 8 pixels of a row x 8 channels": (tap_tiles, "AVX512_CHANNELS", tap_tiles.CHANNELS),
+        "as exported (up to 8 pixels of a row x 8 channels, 16 with AVX-512)": (tap_tiles, "compile_flags", None),
     },
     "avx512": {
         "IREE's direct convolutions (before), register tiles as exported": (

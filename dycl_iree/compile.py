@@ -137,7 +137,8 @@ def target_flags(target: str, cpu_threads: int = 1, branches_as_blocks: bool = F
             rule = data_tiling.compile_flags((CHANNELS_LAST,), wide=cpu_features.has_avx512())
             pipeline = [flag for flag in rule if flag.startswith(data_tiling.PIPELINE_FLAG)]
             flags = [pipeline[0] if pipeline and flag.startswith(data_tiling.PIPELINE_FLAG) else flag for flag in flags]
-            flags += [flag for flag in rule if flag not in pipeline] + tap_tiles.compile_flags()
+            channels = tap_tiles.AVX512_CHANNELS if cpu_features.has_avx512() else tap_tiles.CHANNELS
+            flags += [flag for flag in rule if flag not in pipeline] + tap_tiles.compile_flags(channels)
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
         raise DyclError(f"unknown target {target!r}; known targets: {known}")

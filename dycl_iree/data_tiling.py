@@ -90,6 +90,7 @@ REGISTER_TILE_ROWS = {
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
 REGISTER_TILE = (6, 16)  # rows x columns in registers
+REDUCTION_STEP = 8  # the depth (K) of one step of the register tile's reduction
 # With AVX-512 (32 vector registers of 16 floats) a matmul whose columns are a multiple of a wide
 # tile's (up to PANELS_MAX_COLUMNS) takes the first such tile; the others REGISTER_TILE.
 WIDE_REGISTER_TILES = ((4, 64), (6, 32))
@@ -204,7 +205,7 @@ def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGIS
     return _compilation_info(
         workgroup=sizes(1, rows, REGISTER_TILE_WORKGROUP_COLUMNS, 0),
         registers=sizes(1, *tile, 0),
-        reduction_step=sizes(0, 0, 0, 8),
+        reduction_step=sizes(0, 0, 0, REDUCTION_STEP),
         reduction_block=sizes(0, 0, 0, depth) if depth else None,
     )
 
@@ -243,7 +244,8 @@ def spec_text(
     pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
-        panel_matchers, panel_pairs, actions = _panel_rules(WIDE_REGISTER_TILES[0] if wide else REGISTER_TILE)
+        panel_tile = WIDE_REGISTER_TILES[0] if wide and WIDE_REGISTER_TILES else REGISTER_TILE
+        panel_matchers, panel_pairs, actions = _panel_rules(panel_tile)
         matchers += panel_matchers
         pairs += panel_pairs
     for tile, columns in _register_tiles(wide) if register_tile else []:
@@ -309,7 +311,7 @@ def panel_info(rows: int, depth: int = 0, tile: tuple[int, int] = REGISTER_TILE)
     return _compilation_info(
         workgroup=f"[{rows}, {REGISTER_TILE_WORKGROUP_COLUMNS // PANEL}, {PANEL}, 0]",
         registers=f"[{tile[0]}, {max(1, tile[1] // PANEL)}, {PANEL}, 0]",
-        reduction_step="[0, 0, 0, 8]",
+        reduction_step=f"[0, 0, 0, {REDUCTION_STEP}]",
         reduction_block=f"[0, 0, 0, {depth}]" if depth else None,
     )
 

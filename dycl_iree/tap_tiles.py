@@ -35,8 +35,10 @@ the largest tile first, and only in a dispatch whose one linalg op it is: an ele
 shares its dispatch with another (a pooling it reads, in the early-exit ResNet-50's heads) is not
 that dispatch's root, and a second `compilation_info` there failed iree-compile's pipeline.
 
-Only for `llvm-cpu` on an x86 CPU with AVX2 and without AVX-512 (`compile.target_flags`), where it
-was measured; AVX-512 (16-float vectors) and cross-compiled targets keep IREE's tile.
+Only for `llvm-cpu` on an x86 CPU with AVX2 (`compile.target_flags`); cross-compiled targets keep
+IREE's tile. With AVX-512 the tile is 16 channels wide, one vector (an Intel Xeon, MobileNetV2, one
+thread, CPU time, 9 rounds, `benchmarks/convolution_forms.py --compare tap-tiles`: IREE's tile 5.95
+ms, 8 channels 5.69, 16 channels 5.52).
 
 Example:
     >>> pixels_per_tile(56), pixels_per_tile(14), pixels_per_tile(13)
@@ -53,6 +55,7 @@ from .data_tiling import written_spec
 MAX_COLUMNS = 8  # pixels of a tile along the row
 MIN_INPUTS = 10  # 3x3 taps and their 9 weight vectors are 18 inputs; 1x3 ones 6
 CHANNELS = 8  # one AVX2 vector of float32
+AVX512_CHANNELS = 16  # one AVX-512 vector
 
 
 def pixels_per_tile(width: int) -> int | None:
@@ -61,7 +64,7 @@ def pixels_per_tile(width: int) -> int | None:
     return next((pixels for pixels in range(MAX_COLUMNS, 1, -1) if width % pixels == 0), None)
 
 
-def spec_text() -> str:
+def spec_text(channels: int = CHANNELS) -> str:
     """The spec: per rank (3, 4) and tile (MAX_COLUMNS pixels down to 2), a matcher of the
     taps whose width that tile divides, and the compilation_info it gives them; IREE takes the first
     pair that matches, so the largest such tile."""
@@ -70,7 +73,7 @@ def spec_text() -> str:
         ones = [1] * (rank - 2)
         distribution = ", ".join(map(str, [*ones, 0, 0]))
         for pixels in range(MAX_COLUMNS, 1, -1):
-            vector = ", ".join(map(str, [*ones, pixels, CHANNELS]))
+            vector = ", ".join(map(str, [*ones, pixels, channels]))
             info = (
                 "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
                 f"distribution = [{distribution}], vector_common_parallel = [{vector}]>, "
@@ -137,10 +140,11 @@ def _matcher(rank: int, pixels: int) -> str:
   }}"""
 
 
-def compile_flags() -> list[str]:
-    """The iree-compile flag that gives the taps their tile: the spec (written by content, as
-    `data_tiling.compile_flags` writes its own) run on each executable before IREE configures it."""
-    path = written_spec(spec_text(), "tap-tiles")
+def compile_flags(channels: int = CHANNELS) -> list[str]:
+    """The iree-compile flag that gives the taps their tile of `channels` channels (CHANNELS, or
+    AVX512_CHANNELS): the spec (written by content, as `data_tiling.compile_flags` writes its own)
+    run on each executable before IREE configures it."""
+    path = written_spec(spec_text(channels), "tap-tiles")
     return [f"{EXECUTABLES_FLAG}builtin.module(iree-preprocessing-transform-interpreter{{transform-spec-path={path}}})"]
 
 

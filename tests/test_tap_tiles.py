@@ -103,6 +103,10 @@ def test_every_x86_cpu_with_avx2_gets_the_tap_tile(avx512: bool, avx2: bool, mon
     _set_cpu(monkeypatch, avx512, avx2)
     flags = compile_module.target_flags("llvm-cpu")
     assert any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in flags) is avx2
+    if avx2:  # one vector of channels: 16 floats with AVX-512, 8 with AVX2
+        (spec,) = [flag.split("transform-spec-path=")[1].rstrip("})") for flag in flags if "tap-tiles" in flag]
+        channels = 16 if avx512 else 8
+        assert f", 8, {channels}]" in Path(spec).read_text() and f", 8, {24 - channels}]" not in Path(spec).read_text()
     cross = compile_module.target_flags("llvm-cpu:aarch64-linux-gnu")
     assert not any(flag.startswith(tap_tiles.EXECUTABLES_FLAG) for flag in cross)
 
