@@ -5,7 +5,8 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
         [--compare winograd|winograd-f4|winograd-matmuls|one-row-linear|average-pooling|dynamic-rows
                    |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
                    |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls
-                   |late-matmuls-unpadded|padded-weight-view|avx512|ukernels]
+                   |late-matmuls-unpadded|padded-weight-view|winograd-panels|avx512
+                   |ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -60,6 +61,9 @@ or data-tiled when their weight is large, as exported (`data_tiling.DYNAMIC_ROWS
 `--compare tap-tiles`: depthwise taps in IREE's tile of 1 pixel x 8 channels (`tap_tiles.compile_flags`
 patched to give no flag), in a row of up to 8 pixels x 8 channels, or as exported (16 channels with
 AVX-512; `dycl_iree/tap_tiles.py`).
+`--compare winograd-panels`: Winograd's transformed filter read by its batch matmul as stored
+(padded where its rows are 1 KiB apart), or as panels of 16 columns, as exported
+(`data_tiling.BATCH_PANELS_MIN_WEIGHT_LOG2`).
 `--compare avx512`: with AVX-512, the convolutions in IREE's direct form (`cpu_features.
 direct_convolutions_fast` patched to True), or as Winograd and im2col with the 6 x 16 register
 tile only (`data_tiling.WIDE_REGISTER_TILES` empty), or with the wide register tiles, as exported.
@@ -249,6 +253,10 @@ COMPARISONS = {
         "IREE's tile of the depthwise taps (1 pixel x 8 channels)": (tap_tiles, "compile_flags", lambda *_: []),
         "up to 8 pixels of a row x 8 channels": (tap_tiles, "AVX512_CHANNELS", tap_tiles.CHANNELS),
         "as exported (up to 8 pixels of a row x 8 channels, 16 with AVX-512)": (tap_tiles, "compile_flags", None),
+    },
+    "winograd-panels": {
+        "Winograd's filter read as stored (or padded)": (data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", 0),
+        "as exported (read as panels of 16 columns)": (data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", None),
     },
     "avx512": {
         "IREE's direct convolutions (before), register tiles as exported": (

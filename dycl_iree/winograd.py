@@ -297,7 +297,8 @@ def _padded_view(transformed: torch.Tensor, tiles: int) -> torch.Tensor:
     `decompositions._matmul_with_bias`): the rows then fall in different L1 sets. ResNet-18, AVX2,
     one thread, ms per call of its batch matmuls (IREE's profile, two runs each): 16 x 16x512 by 512x512
     (layer4) 7.27 / 7.62 -> 6.34 / 6.23, 16 x 49x256 by 256x256 (layer3) 3.97 / 4.11 -> 3.49 / 3.45;
-    the whole model 34.8 / 35.1 -> 33.4 / 32.6 ms."""
+    the whole model 34.8 / 35.1 -> 33.4 / 32.6 ms. A filter the batch matmul reads as panels
+    (`data_tiling.reads_panels`: ResNet's, since) is not padded: its panels share no L1 sets."""
     channels, columns = transformed.shape[1], transformed.shape[2]
     if not cpu_features.register_tile_rule():
         return transformed

@@ -21,7 +21,7 @@ from torch import nn
 
 import dycl_iree
 from dycl_iree import compile as compile_module
-from dycl_iree import cpu_features
+from dycl_iree import cpu_features, data_tiling
 from dycl_iree.data_tiling import spec_text
 from tests.conftest import check_hosts, export_compiled
 
@@ -319,16 +319,33 @@ def test_the_weight_bound_covers_every_power_of_two_split() -> None:
         assert f"transform.param.constant {1 << (19 - k_log2)} : i64" in text
 
 
-def test_avx2_gives_winograds_batch_matmul_the_register_tile(monkeypatch) -> None:
-    # layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3) without AVX-512, a batch matmul
-    # 16 x 16x512 by 512x512; with AVX-512 it stays a direct convolution.
-    _set_cpu(monkeypatch, False, True)
+class WinogradColumns(nn.Module):
+    """Layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3), a batch matmul 16 x 16x512 by
+    512x512 whose filter is read as panels; and 128 -> 96 channels at 14x14, whose 96 columns are
+    not a multiple of the panels' workgroup: a batch matmul over the filter as stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Conv2d(512, 512, 3, padding=1)
+        self.narrow = nn.Conv2d(128, 96, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(self.wide(x)), torch.relu(self.narrow(y))
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_winograds_batch_matmul_reads_its_filter_as_panels_in_the_register_tile(avx512: bool, monkeypatch) -> None:
+    _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
-    convolution = nn.Conv2d(512, 512, 3, padding=1).eval()
-    configurations = _compiled(convolution, (torch.randn(1, 512, 7, 7),), "executable-configurations")
-    batch_matmuls = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
-    assert batch_matmuls, "no batch matmul: the convolution did not take Winograd's form"
-    assert all("vector_common_parallel = [1, 6, 16, 0]" in line for line in batch_matmuls), batch_matmuls
+    examples = (torch.randn(1, 512, 7, 7), torch.randn(1, 128, 14, 14))
+    configurations = _compiled(WinogradColumns().eval(), examples, "executable-configurations")
+    lines = configurations.splitlines()
+    panels = [line for line in lines if "linalg.generic" in line and "tensor<16x32x512x16xf32>" in line]
+    plain = [line for line in lines if "linalg.batch_matmul" in line]
+    assert panels and plain and not any("512x512xf32" in line for line in plain), configurations
+    panel_tile, tile = ("[1, 4, 4, 16, 0]", "[1, 6, 32, 0]") if avx512 else ("[1, 6, 1, 16, 0]", "[1, 6, 16, 0]")
+    assert all(f"vector_common_parallel = {panel_tile}" in line for line in panels), panels
+    assert all(f"vector_common_parallel = {tile}" in line for line in plain), plain
 
 
 class NarrowPointwise(nn.Module):
@@ -372,7 +389,9 @@ class WinogradWidths(nn.Module):
 
 
 def test_avx2_stores_winograds_filter_padded_where_its_rows_share_l1_sets(monkeypatch, tmp_path: Path) -> None:
+    """Where the filter is not read as panels (`data_tiling.BATCH_PANELS_MIN_WEIGHT_LOG2` 0 here)."""
     _set_cpu(monkeypatch, False, True)
+    monkeypatch.setattr(data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", 0)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
     torch.manual_seed(0)
     model = WinogradWidths().eval()
@@ -394,8 +413,8 @@ def test_avx2_stores_winograds_filter_padded_where_its_rows_share_l1_sets(monkey
 
 class PointwiseWidths(nn.Module):
     """1x1 convolutions at 8x8 (64 rows) of 64 -> 128, 96 and 144 channels, and a 3x3 one of 128
-    channels at 14x14 (Winograd's batch matmul, 128 columns): with AVX-512 the 4 x 64 register tile,
-    6 x 32, 6 x 16 and 4 x 64."""
+    channels at 14x14 (Winograd's batch matmul over filter panels, 128 columns): with AVX-512 the 4 x
+    64 register tile, 6 x 32, 6 x 16 and 4 rows x 4 panels."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -424,12 +443,13 @@ def test_avx512_tiles_matmuls_by_the_widest_tile_their_columns_are_a_multiple_of
         lines = configurations.splitlines()
         (line,) = [line for line in lines if "linalg.matmul" in line and f"64x{width}xf32" in line]
         tiles[width] = re.search(r"vector_common_parallel = \[(\d+), (\d+), 0\]", line).groups()
-    (batch,) = [line for line in configurations.splitlines() if "linalg.batch_matmul" in line]
-    tiles["winograd"] = re.search(r"vector_common_parallel = \[1, (\d+), (\d+), 0\]", batch).groups()
+    panels = "tensor<16x8x128x16xf32>"
+    (batch,) = [line for line in configurations.splitlines() if "linalg.generic" in line and panels in line]
+    tiles["winograd"] = re.search(r"vector_common_parallel = \[1, (\d+), (\d+), 16, 0\]", batch).groups()
     if avx512:
-        assert tiles == {128: ("4", "64"), 96: ("6", "32"), 144: ("6", "16"), "winograd": ("4", "64")}, tiles
+        assert tiles == {128: ("4", "64"), 96: ("6", "32"), 144: ("6", "16"), "winograd": ("4", "4")}, tiles
     else:
-        assert set(tiles.values()) == {("6", "16")}, tiles
+        assert tiles == {128: ("6", "16"), 96: ("6", "16"), 144: ("6", "16"), "winograd": ("6", "1")}, tiles
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "widths.dycl"))
     with torch.no_grad():
         wants = [want.numpy() for want in model(*examples)]
