@@ -184,12 +184,12 @@ def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.mat
     `linalg.batch_matmul`, Winograd's transformed filter) is stored with under the AVX2 rule, for
     `rows` rows (a static size from the register tile's least rows of that op up: those with fewer,
     or a size known only at run time, keep IREE's tiles or are data-tiled, and read it as it is; a
-    matmul weight read as panels, `reads_panels`, is not padded either).
+    weight read as panels, `reads_panels`, is not padded either).
 
     >>> padded_columns(3136, 64, 256), padded_columns(49, 512, 2048), padded_columns(1, 64, 256)
     (272, 2048, 256)
-    >>> padded_columns(16, 512, 512, "linalg.batch_matmul"), padded_columns(16, 512, 512)
-    (528, 512)
+    >>> padded_columns(16, 512, 512, "linalg.batch_matmul"), padded_columns(16, 512, 8192, "linalg.batch_matmul")
+    (512, 8208)
     """
     least_rows = min(REGISTER_TILE_ROWS[op])[0]
     if reads_panels(rows, depth, columns, op):
