@@ -6,7 +6,7 @@ IREE's ukernels make the deployment-size models faster on one thread, and keep t
                    |linear-weights|matmuls|depthwise|scaled-taps|small-matmuls|padded-expansion|stem-padding
                    |inverted-residuals|panels|tap-tiles|convolution-bounds|winograd-padding|late-matmuls
                    |late-matmuls-unpadded|padded-weight-view|winograd-panels|avx512
-                   |ukernels]
+                   |avx512-before|ukernels]
 
 Each model of `models/imagenet.py` (or of the zoo, by its name: `--models sdn_mobilenet`) is
 exported twice by `dycl_iree.export` (compiled host, the flags `llvm-cpu` gets on this machine):
@@ -67,6 +67,10 @@ AVX-512; `dycl_iree/tap_tiles.py`).
 `--compare avx512`: with AVX-512, the convolutions in IREE's direct form (`cpu_features.
 direct_convolutions_fast` patched to True), or as Winograd and im2col with the 6 x 16 register
 tile only (`data_tiling.WIDE_REGISTER_TILES` empty), or with the wide register tiles, as exported.
+`--compare avx512-before`: with AVX-512, the forms before AVX-512 took the AVX2 ones (IREE's direct
+convolutions and its own matmul and depthwise tiles: `cpu_features.has_avx2` patched to False, which
+also drops the data tiling that then took only weights of 2^19 elements, none in the zoo), or as
+exported.
 `--compare ukernels`:
 the data-tiled matmuls with or without IREE's ukernels (`--iree-llvmcpu-enable-ukernels=all` added
 to `data_tiling.compile_flags`). Both are checked against PyTorch eager on every sample and timed
@@ -257,6 +261,13 @@ COMPARISONS = {
     "winograd-panels": {
         "Winograd's filter read as stored (or padded)": (data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", 0),
         "as exported (read as panels of 16 columns)": (data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", None),
+    },
+    "avx512-before": {
+        "AVX-512's forms before (IREE's direct convolutions and tiles, no tap tile)": [
+            (cpu_features, "direct_convolutions_fast", lambda: True),
+            (cpu_features, "has_avx2", lambda: False),
+        ],
+        "as exported": (cpu_features, "has_avx2", None),
     },
     "avx512": {
         "IREE's direct convolutions (before), register tiles as exported": (

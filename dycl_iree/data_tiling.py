@@ -51,10 +51,10 @@ With AVX-512 (32 vector registers of 16 floats) the same rule holds with wider r
 of 32, 6 x 16 for the rest (`WIDE_REGISTER_TILES`). That rule replaced AVX-512's own, which
 data-tiled the matmuls of at most 196 rows and a weight of 2^19 elements or more (the numbers
 above, measured on an AMD Zen 4) and left the rest, and the convolutions, to IREE: on an Intel
-Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512-forms`, CPU
-time, 7 rounds) ResNet-18 ran 62.0 -> 32.6 ms with the convolutions as Winograd and im2col and the
-AVX2 rule, 21.8 with the wide tiles; ResNet-50 112.2 -> 69.4 -> 52.7, MobileNetV2 8.27 -> 6.64 ->
-5.83 (README, performance; Zen 4 not measured again).
+Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512`, CPU time, 9
+rounds) ResNet-18 ran 60.06 -> 31.85 ms with the convolutions as Winograd and im2col and the 6 x 16
+tile, 22.75 with the wide tiles; ResNet-50 99.94 -> 71.80 -> 54.89, MobileNetV2 6.11 -> 7.16 -> 6.13
+(README, performance, "AVX-512 on an Intel Xeon"; Zen 4 not measured again).
 
 Only for `llvm-cpu` on this machine's x86 CPU (`compile.target_flags`), where it was measured;
 cross-compiled targets keep their flags.
@@ -143,13 +143,13 @@ PANELS_MAX_COLUMNS = 4096  # the spec matches each multiple of the workgroup's c
 # code for `znver3` (AVX2) on the same machine, ResNet-18 34.51 -> 28.93 (0.836, 7 rounds). 0: none.
 BATCH_PANELS_MIN_WEIGHT_LOG2 = 12
 # Whether a matmul whose rows are known only at run time (a decoder's steps so far, a dynamic batch)
-# is data-tiled when its weight is as large as the rule's (2^18 elements with AVX2, 2^19 with
-# AVX-512), as a matmul of few rows is: the register tile and the panels need static rows, and
-# IREE 3.13's own tile for them (8 x 8, rows peeled) ran the Transformer decoder's (d 512, a few
-# rows a step) at 2-10 GFLOP/s. Measured with AVX2 (Zen 3, one thread): the zoo's Transformer at
-# d 512, 6 + 6 layers, 258 -> 151 ms a call (`iree-benchmark-module`, greedy decoding of one
-# sentence, median of 3); its matmuls of the steps' rows 226 -> 54 ms in IREE's profile. With
-# AVX-512 not measured.
+# is data-tiled when its weight is as large as the rule's (2^18 elements), as a matmul of few rows
+# is: the register tile and the panels need static rows, and IREE 3.13's own tile for them (8 x 8,
+# rows peeled) ran the Transformer decoder's (d 512, a few rows a step) at 2-10 GFLOP/s. Measured
+# with AVX2 (Zen 3, one thread): the zoo's Transformer at d 512, 6 + 6 layers, 258 -> 151 ms a call
+# (`iree-benchmark-module`, greedy decoding of one sentence, median of 3); its matmuls of the steps'
+# rows 226 -> 54 ms in IREE's profile. With AVX-512 (an Intel Xeon) the same model went 228.8 ->
+# 160.8 ms when AVX-512 took this rule (README, "AVX-512 on an Intel Xeon").
 DYNAMIC_ROWS = True
 # The least depth whose reduction over panels runs in blocks of REGISTER_TILE_DEPTH; 0: never, as
 # measured: a workgroup's panels stay in L2 whole (196x1152 by 1152x256 from im2col 49.0 -> 64.9
@@ -158,8 +158,9 @@ PANELS_BLOCKED_FROM = 0
 
 
 def reads_panels(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> bool:
-    """Whether the AVX2 rule reads the weight of a `rows` x `depth` by `depth` x `columns` matmul as
-    panels of 16 columns (`PANELS_MIN_WEIGHT_LOG2`); a size known only at run time never is.
+    """Whether the register-tile rule reads the weight of a `rows` x `depth` by `depth` x `columns`
+    matmul (`op`; or each batch's of a batch matmul) as panels of 16 columns
+    (`PANELS_MIN_WEIGHT_LOG2`, `BATCH_PANELS_MIN_WEIGHT_LOG2`); a size known only at run time never is.
 
     >>> reads_panels(196, 1024, 256), reads_panels(49, 960, 160), reads_panels(3136, 256, 64)
     (True, False, False)
@@ -235,7 +236,8 @@ def spec_text(
     max_rows: int = MAX_ROWS, min_weight_log2: int = MIN_WEIGHT_LOG2, register_tile: bool = False, wide: bool = False
 ) -> str:
     """The transform-dialect spec that marks functions and the matmuls to data-tile, and, with
-    `register_tile`, gives the other large matmuls the 6 x 16 register tile (first match wins).
+    `register_tile`, gives the other large matmuls their register tile, 6 x 16 or (`wide`) the
+    widest of `WIDE_REGISTER_TILES` their columns are a multiple of (first match wins).
 
     >>> "transform.named_sequence @__transform_main" in spec_text()
     True

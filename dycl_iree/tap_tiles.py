@@ -1,4 +1,4 @@
-"""The register tile of depthwise convolutions' taps on an x86 CPU with AVX2 (without AVX-512).
+"""The register tile of depthwise convolutions' taps on an x86 CPU with AVX2 (or AVX-512).
 
 `decompositions.depthwise_convolution_as_taps` writes a depthwise convolution as its kernel's taps,
 each times its per-channel weights, summed element-wise in NHWC. IREE fuses them (with the bias
