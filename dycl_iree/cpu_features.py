@@ -52,8 +52,8 @@ def direct_convolutions_fast() -> bool:
     IREE 3.13 tiles a direct convolution of many channels badly for AVX2 (4 pixels x 4 channels)
     and NEON (2 x 2), and with AVX-512 on an Intel Xeon it ran ResNet's layer3 and layer4 3x3
     convolutions at 63 and 41 GFLOP/s where Winograd in the wide register tiles runs them at 242 and
-    171 (README, performance, "AVX-512 on an Intel Xeon"). (On an AMD Zen 4 IREE's direct convolution had measured faster than
-    im2col; Winograd was not measured there.)
+    171 (README, performance, "AVX-512 on an Intel Xeon"). (On an AMD Zen 4 IREE's direct
+    convolution had measured faster than im2col; Winograd was not measured there.)
     """
     return not _TARGET.get().startswith("llvm-cpu")
 
