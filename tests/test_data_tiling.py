@@ -319,15 +319,13 @@ def test_the_weight_bound_covers_every_power_of_two_split() -> None:
         assert f"transform.param.constant {1 << (19 - k_log2)} : i64" in text
 
 
-class WinogradColumns(nn.Module):
-    """Layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3), a batch matmul 16 x 16x512 by
-    512x512 whose filter is read as panels; and 128 -> 96 channels at 14x14, whose 96 columns are
-    not a multiple of the panels' workgroup: a batch matmul over the filter as stored."""
+class WinogradPair(nn.Module):
+    """Two 3x3 convolutions with padding, each + ReLU, on inputs of their own."""
 
-    def __init__(self) -> None:
+    def __init__(self, wide: tuple[int, int], narrow: tuple[int, int]) -> None:
         super().__init__()
-        self.wide = nn.Conv2d(512, 512, 3, padding=1)
-        self.narrow = nn.Conv2d(128, 96, 3, padding=1)
+        self.wide = nn.Conv2d(*wide, 3, padding=1)
+        self.narrow = nn.Conv2d(*narrow, 3, padding=1)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.relu(self.wide(x)), torch.relu(self.narrow(y))
@@ -338,7 +336,11 @@ def test_winograds_batch_matmul_reads_its_filter_as_panels_in_the_register_tile(
     _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
     examples = (torch.randn(1, 512, 7, 7), torch.randn(1, 128, 14, 14))
-    configurations = _compiled(WinogradColumns().eval(), examples, "executable-configurations")
+    # Layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3), a batch matmul 16 x 16x512 by
+    # 512x512 whose filter is read as panels; and 128 -> 96 channels at 14x14, whose 96 columns are
+    # not a multiple of the panels' workgroup: a batch matmul over the filter as stored.
+    model = WinogradPair((512, 512), (128, 96)).eval()
+    configurations = _compiled(model, examples, "executable-configurations")
     lines = configurations.splitlines()
     panels = [line for line in lines if "linalg.generic" in line and "tensor<16x32x512x16xf32>" in line]
     plain = [line for line in lines if "linalg.batch_matmul" in line]
@@ -374,27 +376,16 @@ def test_avx2_gives_matmuls_of_sixteen_channels_the_register_tile(monkeypatch) -
     assert all("vector_common_parallel = [6, 16, 0]" not in line for line in eight), eight
 
 
-class WinogradWidths(nn.Module):
-    """ResNet's 3x3 convolutions written as Winograd's F(2x2, 3x3) without AVX-512: 256 channels at
-    14x14 (a batch matmul of 49 tiles by a 256x256 transformed filter per position, rows 1 KiB apart:
-    stored padded) and 128 at 14x14 (rows 512 bytes apart: as stored)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.wide = nn.Conv2d(256, 256, 3, padding=1)
-        self.narrow = nn.Conv2d(128, 128, 3, padding=1)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.relu(self.wide(x)), torch.relu(self.narrow(y))
-
-
 def test_avx2_stores_winograds_filter_padded_where_its_rows_share_l1_sets(monkeypatch, tmp_path: Path) -> None:
     """Where the filter is not read as panels (`data_tiling.BATCH_PANELS_MIN_WEIGHT_LOG2` 0 here)."""
     _set_cpu(monkeypatch, False, True)
     monkeypatch.setattr(data_tiling, "BATCH_PANELS_MIN_WEIGHT_LOG2", 0)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
     torch.manual_seed(0)
-    model = WinogradWidths().eval()
+    # ResNet's 3x3 convolutions as Winograd's F(2x2, 3x3): 256 channels at 14x14 (a batch matmul of
+    # 49 tiles by a 256x256 transformed filter per position, rows 1 KiB apart: stored padded) and
+    # 128 at 14x14 (rows 512 bytes apart: as stored).
+    model = WinogradPair((256, 256), (128, 128)).eval()
     examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 128, 14, 14))
     sources = _compiled(model, examples, "executable-sources")
     weights = {}
