@@ -92,7 +92,7 @@ REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the
 REGISTER_TILE = (6, 16)  # rows x columns in registers
 REDUCTION_STEP = 8  # the depth (K) of one step of the register tile's reduction
 # With AVX-512 (32 vector registers of 16 floats) a matmul whose columns are a multiple of a wide
-# tile's (up to PANELS_MAX_COLUMNS) takes the first such tile; the others REGISTER_TILE.
+# tile's takes the first such tile; the others REGISTER_TILE.
 WIDE_REGISTER_TILES = ((4, 64), (6, 32))
 # The columns (N) of a workgroup of a register-tiled matmul: 32 was 0.87-1.10x as fast on ResNet-50's
 # 1x1 shapes, 128 and 256 0.81-1.01x, and iree-compile rejects them with blocked reductions ("large
@@ -258,7 +258,10 @@ def spec_text(
         panel_matchers, panel_pairs, actions = _panel_rules(panel_tile)
         matchers += panel_matchers
         pairs += panel_pairs
-    for tile, columns in _register_tiles(wide) if register_tile else []:
+    # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own; then the narrow
+    # one for every matmul from REGISTER_TILE_MIN_SIZE columns.
+    tiles = [*((tile, tile[1]) for tile in (WIDE_REGISTER_TILES if wide else ())), (REGISTER_TILE, 0)]
+    for tile, multiple in tiles if register_tile else []:
         for op, batch_dims in REGISTER_TILE_OPS.items():
             for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
                 # The deep reductions first, in cache blocks; then the rest, whole.
@@ -266,10 +269,9 @@ def spec_text(
                 for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
                     suffix = f"{op.split('.')[1]}_{rows[0]}" + (f"_k{min_depth}" if depth else "")
                     suffix += f"_{tile[0]}x{tile[1]}"
-                    for count in columns or [REGISTER_TILE_MIN_SIZE]:
-                        name = f"@large_{suffix}" + (f"_n{count}" if columns else "")
-                        matchers.append(_matmul_matcher(name, rows, min_depth, count, op, exact_columns=bool(columns)))
-                        pairs.append(f"{name} -> @register_tile_{suffix}")
+                    least = (rows, min_depth, multiple or REGISTER_TILE_MIN_SIZE)
+                    matchers.append(_matmul_matcher(f"@large_{suffix}", *least, op, columns_multiple_of=multiple))
+                    pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
                     info = register_tile_info(workgroup_rows, batch_dims, tile, depth)
                     actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
       %op: !transform.any_op {{transform.readonly}}) {{
@@ -294,23 +296,6 @@ def spec_text(
   }}
 }}
 """
-
-
-def _register_tiles(wide: bool) -> list[tuple[tuple[int, int], list[int] | None]]:
-    """The register tiles in the order the spec matches them, each with the column counts it takes
-    (None: every count from REGISTER_TILE_MIN_SIZE): with `wide`, the wide tiles for the multiples of
-    their columns that no tile before took, then REGISTER_TILE.
-
-    >>> [(tile, columns and columns[:3]) for tile, columns in _register_tiles(True)]
-    [((4, 64), [64, 128, 192]), ((6, 32), [32, 96, 160]), ((6, 16), None)]
-    """
-    tiles: list[tuple[tuple[int, int], list[int] | None]] = []
-    taken: set[int] = set()
-    for tile in WIDE_REGISTER_TILES if wide else ():
-        columns = [count for count in range(tile[1], PANELS_MAX_COLUMNS + 1, tile[1]) if count not in taken]
-        taken.update(columns)
-        tiles.append((tile, columns))
-    return [*tiles, (REGISTER_TILE, None)]
 
 
 def panel_info(rows: int, depth: int = 0, tile: tuple[int, int] = REGISTER_TILE, batch_dims: int = 0) -> str:
@@ -379,10 +364,12 @@ def _matmul_matcher(
     min_n: int,
     op: str = "linalg.matmul",
     exact_columns: bool = False,
+    columns_multiple_of: int = 0,
 ) -> tuple[str, str]:
     """A matcher of `op` (`linalg.matmul`, or `linalg.batch_matmul`, whose dims follow the batch) with
     rows[0]..rows[1] rows (M; rows[1] None: no upper bound; rows[0] None: M dynamic, which the
-    match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`)."""
+    match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`),
+    N a multiple of `columns_multiple_of` if given (IREE's `dim_is_multiple_of` on the result)."""
     first = REGISTER_TILE_OPS[op]
     upper = [(0, "le", rows[1])] if rows[1] is not None else []
     lower = [(0, "ge", rows[0])] if rows[0] is not None else [(0, "lt", 0)]  # None: a dynamic M
@@ -404,9 +391,19 @@ def _matmul_matcher(
       transform.match.structured.yield %m, %n, %k : !transform.param<i64>, !transform.param<i64>, !transform.param<i64>
     }}
 {chr(10).join(lines)}
-    transform.yield %op : !transform.any_op
+{_multiple_of(first + 1, columns_multiple_of)}    transform.yield %op : !transform.any_op
   }}"""
     return name, text
+
+
+def _multiple_of(dim: int, factor: int) -> str:
+    """The matcher lines that ask the op's result to be a multiple of `factor` along `dim` (none for 0)."""
+    if not factor:
+        return ""
+    return (
+        "    %result = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value\n"
+        f"    transform.iree.match.dim_is_multiple_of %result[{dim}], {factor} : !transform.any_value\n"
+    )
 
 
 def compile_flags(preprocessing: tuple[str, ...] = (), wide: bool = False) -> list[str]:
