@@ -134,10 +134,11 @@ def target_flags(target: str, cpu_threads: int = 1, branches_as_blocks: bool = F
         if target == "llvm-cpu" and cpu_features.has_avx2():
             # data tiling of the matmuls with few rows and a large weight, the register tile and weight
             # panels of the others (wide with AVX-512), in a preprocessing pipeline of its own
-            rule = data_tiling.compile_flags((CHANNELS_LAST,), wide=cpu_features.has_avx512())
+            wide = cpu_features.has_avx512()
+            rule = data_tiling.compile_flags((CHANNELS_LAST,), wide=wide)
             pipeline = [flag for flag in rule if flag.startswith(data_tiling.PIPELINE_FLAG)]
             flags = [pipeline[0] if pipeline and flag.startswith(data_tiling.PIPELINE_FLAG) else flag for flag in flags]
-            channels = tap_tiles.AVX512_CHANNELS if cpu_features.has_avx512() else tap_tiles.CHANNELS
+            channels = tap_tiles.AVX512_CHANNELS if wide else tap_tiles.CHANNELS
             flags += [flag for flag in rule if flag not in pipeline] + tap_tiles.compile_flags(channels)
     else:
         known = ", ".join([*TARGETS, "llvm-cpu:TRIPLE", "cuda:sm_XX"])
