@@ -39,12 +39,13 @@ class MobileNetDepthwise(nn.Module):
 
 class Widths(nn.Module):
     """Depthwise layers whose outputs are 14 pixels wide (stride 1: a tile of 7), 7 wide (stride 2
-    from 14: 7), 16 wide (8, not 4 or 2) and 13 wide (a prime: IREE's tile)."""
+    from 14: 7), 16 wide (8, not 4 or 2; 24 channels, no multiple of AVX-512's 16) and 13 wide (a
+    prime: IREE's tile)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.even, self.strided = MobileNetDepthwise(32, 1), MobileNetDepthwise(32, 2)
-        self.prime, self.eight = MobileNetDepthwise(32, 1), MobileNetDepthwise(32, 1)
+        self.prime, self.eight = MobileNetDepthwise(32, 1), MobileNetDepthwise(24, 1)
         for module in self.modules():
             if isinstance(module, nn.BatchNorm2d):  # statistics of a trained layer, not the identity
                 module.running_mean.uniform_(-1, 1)
@@ -59,7 +60,7 @@ class Widths(nn.Module):
 
 
 def _examples(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.randn(batch, 32, 14, 14), torch.randn(batch, 32, 13, 13), torch.randn(batch, 32, 16, 16)
+    return torch.randn(batch, 32, 14, 14), torch.randn(batch, 32, 13, 13), torch.randn(batch, 24, 16, 16)
 
 
 def _tiles(configurations: str) -> dict[str, str]:
@@ -89,7 +90,7 @@ def test_avx2_tiles_the_taps_by_a_divisor_of_their_width(batch: int, monkeypatch
     ours = {name: config for name, config in tiles.items() if f"distribution = [{row}]" in config}
     shape = "2x" if batch == 2 else ""
     # stride 1 at 14 wide, stride 2 to 7 wide, 16 wide (8 divides it, so not 4 or 2)
-    wanted = {f"{shape}14x14x32": 7, f"{shape}7x7x32": 7, f"{shape}16x16x32": 8}
+    wanted = {f"{shape}14x14x32": 7, f"{shape}7x7x32": 7, f"{shape}16x16x24": 8}
     assert len(ours) == len(wanted), tiles
     for size, pixels in wanted.items():
         vector = f"vector_common_parallel = [{', '.join(map(str, [*lead, pixels, 8]))}]"
@@ -123,9 +124,12 @@ def test_the_spec_parses_and_tries_the_largest_tile_first() -> None:
         assert tried == list(range(tap_tiles.MAX_COLUMNS, 1, -1))
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_an_avx2_depthwise_model_matches_pytorch(batch: int, monkeypatch, tmp_path: Path) -> None:
-    _set_cpu(monkeypatch, False, True)
+@pytest.mark.parametrize(("batch", "avx512"), [(1, False), (2, False), (1, True)])
+def test_a_depthwise_model_in_the_tap_tile_matches_pytorch(
+    batch: int, avx512: bool, monkeypatch, tmp_path: Path
+) -> None:
+    """8 channels a tile with AVX2, 16 with AVX-512 (the 24-channel layer leaves a half vector)."""
+    _set_cpu(monkeypatch, avx512, True)
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")  # the whole-export key does not see the probes
     torch.manual_seed(1)
     model = Widths().eval()
