@@ -316,9 +316,10 @@ def panel_info(rows: int, depth: int = 0, tile: tuple[int, int] = REGISTER_TILE,
 
 
 def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """The matchers of the matmuls `reads_panels` picks (one per column count, as the spec compares
-    sizes but cannot divide them), their pairs, and the actions that pack their weights and give
-    them the register `tile`."""
+    """The matchers of the matmuls `reads_panels` picks (one per column count while the weight's bound
+    asks more depth of it than the register tile's least, as the spec compares sizes but cannot
+    multiply them; then one for every multiple of the workgroup's columns from there), their pairs,
+    and the actions that pack their weights and give them the register `tile`."""
     matchers, pairs, actions = [], [], []
     depths = [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
     ops = {"linalg.matmul": PANELS_MIN_WEIGHT_LOG2, "linalg.batch_matmul": BATCH_PANELS_MIN_WEIGHT_LOG2}
@@ -337,8 +338,14 @@ def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str
                 for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
                     least_depth = max(min_depth, -(-(1 << least_log2) // columns))
                     name = f"{action}_n{columns}"
-                    matchers.append(_matmul_matcher(name, rows, least_depth, columns, op, exact_columns=True))
+                    if least_depth > min_depth:  # the weight's bound asks more depth of these columns
+                        matchers.append(_matmul_matcher(name, rows, least_depth, columns, op, exact_columns=True))
+                    else:  # from here every multiple of the workgroup's columns up to the most, one matcher
+                        every = {"columns_multiple_of": step, "max_n": PANELS_MAX_COLUMNS}
+                        matchers.append(_matmul_matcher(name, rows, min_depth, columns, op, **every))
                     pairs.append(f"{name} -> {action}")
+                    if least_depth == min_depth:
+                        break
                 info = panel_info(workgroup_rows, depth, tile, batch_dims)
                 actions.append(f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
     %packed = transform.structured.pack %op packed_sizes = {packed_sizes}
@@ -365,15 +372,18 @@ def _matmul_matcher(
     op: str = "linalg.matmul",
     exact_columns: bool = False,
     columns_multiple_of: int = 0,
+    max_n: int | None = None,
 ) -> tuple[str, str]:
     """A matcher of `op` (`linalg.matmul`, or `linalg.batch_matmul`, whose dims follow the batch) with
     rows[0]..rows[1] rows (M; rows[1] None: no upper bound; rows[0] None: M dynamic, which the
-    match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`),
-    N a multiple of `columns_multiple_of` if given (IREE's `dim_is_multiple_of` on the result)."""
+    match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`;
+    N <= max_n if given), N a multiple of `columns_multiple_of` if given (IREE's `dim_is_multiple_of`
+    on the result)."""
     first = REGISTER_TILE_OPS[op]
     upper = [(0, "le", rows[1])] if rows[1] is not None else []
     lower = [(0, "ge", rows[0])] if rows[0] is not None else [(0, "lt", 0)]  # None: a dynamic M
     bounds = [*lower, *upper, (2, "ge", min_k), (1, "eq" if exact_columns else "ge", min_n)]
+    bounds += [(1, "le", max_n)] if max_n is not None else []
     lines = []
     for index, (dim, predicate, value) in enumerate(bounds):
         lines.append(
