@@ -45,12 +45,12 @@ from .errors import CompileError, DyclError
 # _im2col_wins`; Winograd's F(2x2, 3x3) for the 3x3 stride-1 ones, `winograd.output_tile`), and the
 # flags stay the same for every x86 CPU.
 #
-# Command buffers are recorded at each call, not memoized as indirect (binding-table) command
-# buffers: IREE 3.13's CPU drivers (local-sync and local-task alike) replay some memoized ones
-# wrongly. `Halting` of tests/test_host_scalars.py, whose `main` reads its int input and then
-# `float(x.abs().max())`, returned 0.0 for `torch.tensor(magnitude) * x.sum()`; every IR stage
-# (flow, stream, vm) is right, and with `--iree-hal-indirect-command-buffers=false` (or
-# `--iree-hal-memoization=false`) the result is right (README's traps).
+# Command buffers are memoized (IREE's default). They were recorded at each call for a while, after
+# `Halting` of tests/test_host_scalars.py returned 0.0 for `torch.tensor(magnitude) * x.sum()` with
+# memoized ones; the fault was in IREE's VM code, not the command buffers: a branch's register moves
+# overwrote the host's float before another move read it, and recording had only changed the
+# registers (`vm_remaps`, which now checks every compiled host; README's traps). Memoized, the zoo's
+# compiled hosts run 3-11% faster and `bench --micro`'s decision 8.70 -> 6.82 us.
 CHANNELS_LAST = "util.func(iree-preprocessing-convert-conv-to-channels-last)"
 # The compiled host's branches as blocks (`target_flags(..., branches_as_blocks=True)`), last in
 # the preprocessing pipeline. IREE 3.13 moves work on constants (a weight's packing for data tiling,
@@ -67,7 +67,6 @@ _CPU = [
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
     f"{data_tiling.PIPELINE_FLAG}builtin.module({CHANNELS_LAST})",
-    "--iree-hal-indirect-command-buffers=false",
     "--iree-input-demote-f64-to-f32=false",
 ]
 # Vulkan: IREE's default target (the vp_android_baseline_2022 profile) stores only 32-bit words, so
@@ -240,6 +239,9 @@ WORKAROUNDS = (
     # one for two segments split by a loop) outside every execution region; fused into its
     # consumers, there is none.
     ("streamable op expected to be in an execution region", "--iree-dispatch-creation-enable-aggressive-fusion=true"),
+    # A branch of the VM code whose register moves overlap (`vm_remaps`): command buffers recorded
+    # at each call instead of memoized change `main`'s registers (that cleared `Halting`'s).
+    ("ordered a branch's register moves", "--iree-hal-indirect-command-buffers=false"),
 )
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from host_runtime.bundle_format import vmfb_file_name
 
 from . import cache as compile_cache
-from . import cpu_features, data_tiling, export_cache
+from . import cpu_features, data_tiling, export_cache, vm_remaps
 from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, largest_weights, make_manifest, program_text, weight_bytes
 from .capture import capture
 from .compile import compile_module, crashed_on, target_flags, workaround_for
@@ -139,6 +139,9 @@ def export(
     unsupported, main_text = stage("hosts", lambda: _add_compiled_host(program, lowered))
     blocks = branches_as_blocks(main_text, largest_weights(program))
 
+    # Whether the module holds a `main` whose branches `vm_remaps` checks (not once it is removed).
+    checked_main = [unsupported is None and _branches(main_text)]
+
     def compile_all(extra: tuple[str, ...] = ()) -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
         vmfbs = {}
@@ -150,6 +153,8 @@ def export(
                     bytecode, target, cpu_threads, use_cache=cache, extra_flags=extra, branches_as_blocks=blocks
                 ),
             )
+        if checked_main[0]:
+            stage("check branches", lambda: vm_remaps.check(vmfbs))
         return vmfbs
 
     extra: tuple[str, ...] = ()
@@ -160,7 +165,8 @@ def export(
         if unsupported is not None:
             raise explain_compile_error(program, targets[0], error) from error
         failure = error
-    if failure is not None and blocks:  # blocks only speed the host up: its regions may compile where they fail
+    if failure is not None and blocks and not isinstance(failure, vm_remaps.OverlapError):
+        # blocks only speed the host up: its regions may compile where they fail
         say(f"iree-compile rejected main's branches as blocks ({failure.diagnostic}); compiling them as regions")
         blocks = False
         try:
@@ -170,7 +176,7 @@ def export(
     flag = workaround_for(getattr(failure, "diagnostic", "")) if failure is not None else None
     retried = ""
     if failure is not None and flag is not None:  # a known iree-compile trap: once more, with its flag
-        say(f"iree-compile rejected the compiled host ({failure.diagnostic}); compiling again with {flag}")
+        say(f"{_rejection(failure)} ({failure.diagnostic}); compiling again with {flag}")
         try:
             compiled, extra, failure = compile_all((flag,)), (flag,), None
         except CompileError as again:
@@ -179,7 +185,8 @@ def export(
         # The segments compile without `main` (checked next), so only the compiled host is at fault.
         remove_main(lowered)
         blocks = False
-        unsupported = "iree-compile rejected the compiled host: " + compiled_host_failure(failure, main_text) + retried
+        checked_main[0] = False
+        unsupported = f"{_rejection(failure)}: {compiled_host_failure(failure, main_text)}{retried}"
         try:
             compiled = compile_all()
         except CompileError as segment_error:
@@ -297,6 +304,19 @@ def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | 
     except CompiledHostUnsupported as reason:
         return str(reason), ""
     return None, main_text
+
+
+def _branches(main_text: str) -> bool:
+    """Whether `main` (its MLIR text) branches or loops: only then has its VM code register moves of
+    block arguments to check (`vm_remaps`)."""
+    return re.search(r"\b(torch\.prim\.(If|Loop)|scf\.(if|while))\b", main_text) is not None
+
+
+def _rejection(failure: CompileError) -> str:
+    """How the fallback's reason starts: iree-compile's error, or a vmfb it made that is unsafe."""
+    if isinstance(failure, vm_remaps.OverlapError):
+        return "the compiled host's VM code is unsafe"
+    return "iree-compile rejected the compiled host"
 
 
 def compiled_host_failure(error: Exception, main_text: str) -> str:
