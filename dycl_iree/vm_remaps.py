@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .errors import CompileError
 
-# The text `compile.WORKAROUNDS` knows an overlap by, and the flag it compiles the module again with.
+# The text `compile.WORKAROUNDS` knows an overlap by (its flag: command buffers recorded at each call).
 DIAGNOSTIC = "IREE's VM compiler ordered a branch's register moves so that one overwrites a register a later one reads"
 
 _SUCCESSOR = re.compile(r"\^(bb\d+)\(([^()]*)\)")
@@ -83,7 +83,7 @@ def _name(registers: tuple[int, ...]) -> str:
 
 def overlapping_moves(vmfb: bytes) -> list[str] | None:
     """Every branch of the vmfb whose register moves overlap (`overlaps_in`), as 'function: line';
-    None where `iree-dump-module` (iree-base-runtime) is not found."""
+    None where `iree-dump-module` (iree-base-runtime) is not found or cannot read the vmfb."""
     tool = dump_tool()
     if tool is None:
         return None
@@ -99,7 +99,8 @@ def overlapping_moves(vmfb: bytes) -> list[str] | None:
                 function = head.split(b"(", 1)[0][len(b"vm.func ") :].decode(errors="replace")
             elif any(marker in head for marker in _BRANCH):
                 found += [f"{function}: {overlap}" for overlap in overlaps_in(raw.decode(errors="replace"))]
-        process.wait()
+        if process.wait() != 0:
+            return None
     return found
 
 

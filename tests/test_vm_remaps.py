@@ -4,14 +4,13 @@ of the same branch still reads, and the call then computes with the wrong value,
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import dycl_iree
 from dycl_iree import compile as compile_flags
 from dycl_iree import vm_remaps
-from tests.test_host_scalars import Halting
+from tests.test_host_scalars import Halting, _check
 
 # The branch `Halting`'s main got with IREE's f64-to-f32 demotion and memoized command buffers: the
 # i64 goes to %i32:%i33, then %i33 (the host's float) is read into %i4.
@@ -70,8 +69,7 @@ def test_a_main_whose_branches_overlap_is_compiled_again_with_recorded_command_b
             with torch.no_grad():
                 want = model(x, limit)
             steps.add(int(want[1]))
-            for got, expected in zip(compiled(x.numpy(), limit), want):
-                np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+            _check(compiled(x.numpy(), limit), want)
     assert 0 in steps and len(steps) > 2, steps
 
 
@@ -84,5 +82,4 @@ def test_the_exporters_own_flags_give_halting_memoized_command_buffers_and_no_ov
     x = torch.randn(1, 4) * 3
     with torch.no_grad():
         want = model(x, 2)
-    for got, expected in zip(compiled(x.numpy(), 2), want):
-        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+    _check(compiled(x.numpy(), 2), want)
