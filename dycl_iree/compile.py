@@ -24,7 +24,7 @@ import platform
 import re
 from pathlib import Path
 
-from . import cache, cpu_features, data_tiling, tap_tiles
+from . import cache, cpu_features, data_tiling, tap_tiles, vm_remaps
 from .errors import CompileError, DyclError
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
@@ -263,9 +263,12 @@ def compile_module(
     use_cache: bool = True,
     extra_flags: tuple[str, ...] = (),
     branches_as_blocks: bool = False,
+    check_branches: bool = False,
 ) -> bytes:
     """Compile torch-dialect MLIR bytecode for `target` (with `extra_flags` after the target's own);
-    reuse a cached vmfb when there is one."""
+    reuse a cached vmfb when there is one. With `check_branches` (a compiled host whose `main`
+    branches) the new vmfb's VM code is read for overlapping register moves before it is cached
+    (`vm_remaps.check`, which raises OverlapError), so a cached one was read once, when it was made."""
     import iree.compiler as iree_compiler
 
     flags = target_flags(target, cpu_threads, branches_as_blocks) + list(extra_flags)
@@ -274,6 +277,7 @@ def compile_module(
     key.update(bytecode)
     key.update("\0".join(cache_key_flags(flags)).encode())
     key.update(version.encode())
+    key.update(b"\0branches checked" if check_branches else b"")
     name = f"{key.hexdigest()}.vmfb"
     use_cache = use_cache and cache.enabled()
     if use_cache:
@@ -292,6 +296,8 @@ def compile_module(
         )
         failure.diagnostic = describe_failure(output)  # the one line a fallback's reason quotes
         raise failure from error
+    if check_branches:
+        vm_remaps.check(vmfb, target)
     if use_cache:
         cache.write(name, vmfb)
     return vmfb

@@ -150,11 +150,15 @@ def export(
             vmfbs[target] = stage(
                 f"compile[{target}]",
                 lambda: compile_module(
-                    bytecode, target, cpu_threads, use_cache=cache, extra_flags=extra, branches_as_blocks=blocks
+                    bytecode,
+                    target,
+                    cpu_threads,
+                    use_cache=cache,
+                    extra_flags=extra,
+                    branches_as_blocks=blocks,
+                    check_branches=checked_main[0],
                 ),
             )
-        if checked_main[0]:
-            stage("check branches", lambda: vm_remaps.check(vmfbs))
         return vmfbs
 
     extra: tuple[str, ...] = ()

@@ -16,9 +16,9 @@ call changed the registers and hid it, which is how it was first worked around.
 This module reads the disassembly `iree-dump-module` prints and reports each list where a move
 reads part of what an earlier move of the same list wrote, other than exactly the registers it
 wrote (the compiler's own scratch use reads back what it saved, whole). The exporter checks the
-compiled host's vmfbs so (`pipeline.export`): a vmfb with such a list is compiled again with
-command buffers recorded at each call (other registers), and where that does not clear it the
-bundle falls back to the Python host, whose segments have no branches.
+compiled host's vmfbs so (`compile.compile_module`, before a vmfb is cached): a vmfb with such a
+list is compiled again with command buffers recorded at each call (other registers), and where
+that does not clear it the bundle falls back to the Python host, whose segments have no branches.
 
 Example:
     >>> overlaps_in("vm.br ^bb2(%i16->%i32, %i17->%i33, %i33->%i4)")
@@ -113,9 +113,9 @@ class OverlapError(CompileError):
         super().__init__(self.diagnostic)
 
 
-def check(vmfbs: dict[str, bytes]) -> None:
-    """Raise OverlapError where any target's vmfb has a branch whose register moves overlap."""
-    overlaps = [f"{target}: {overlap}" for target, vmfb in vmfbs.items() for overlap in overlapping_moves(vmfb) or []]
+def check(vmfb: bytes, target: str) -> None:
+    """Raise OverlapError where the vmfb (for `target`) has a branch whose register moves overlap."""
+    overlaps = [f"{target}: {overlap}" for overlap in overlapping_moves(vmfb) or []]
     if overlaps:
         raise OverlapError(overlaps)
 
