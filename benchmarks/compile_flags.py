@@ -107,17 +107,10 @@ def export_variants(
     seen: dict[str, object] = {}
     original = pipeline.compile_module
 
-    def recording(bytecode, target, cpu_threads=1, use_cache=True, extra_flags=(), branches_as_blocks=False):
+    def recording(bytecode, target, cpu_threads=1, use_cache=True, extra_flags=(), **options):
         seen.update(bytecode=bytecode, target=target, cpu_threads=cpu_threads, extra=tuple(extra_flags))
-        seen["blocks"] = branches_as_blocks
-        return original(
-            bytecode,
-            target,
-            cpu_threads,
-            use_cache=False,
-            extra_flags=extra_flags,
-            branches_as_blocks=branches_as_blocks,
-        )
+        seen["options"] = options  # main's branches as blocks, the check of its VM branches
+        return original(bytecode, target, cpu_threads, use_cache=False, extra_flags=extra_flags, **options)
 
     pipeline.compile_module = recording
     try:
@@ -138,18 +131,19 @@ def export_variants(
                     seen["cpu_threads"],
                     use_cache=False,
                     extra_flags=tuple(extra),
-                    branches_as_blocks=seen["blocks"],
+                    **seen["options"],
                 )
             )
         except Exception as error:  # a variant iree-compile rejects is a result
             built[name] = {"error": str(error).splitlines()[0][:300], "flags": flags}
             continue
+        blocks = seen["options"].get("branches_as_blocks", False)
         manifest = dict(bundle.manifest)
         manifest["targets"] = {
             **manifest["targets"],
             "llvm-cpu": {
                 **manifest["targets"]["llvm-cpu"],
-                "flags": compiling.target_flags("llvm-cpu", seen["cpu_threads"], seen["blocks"]) + extra,
+                "flags": compiling.target_flags("llvm-cpu", seen["cpu_threads"], blocks) + extra,
             },
         }
         variant_bundle = Bundle(manifest, {**bundle.files, vmfb_name: vmfb}, bundle.program)
