@@ -129,7 +129,8 @@ def export(
     def lowering(name: str) -> None:
         say(f"lowering {name} of {len(program.segments)}", detail=True)
 
-    with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
+    # forms that depend on the processor and the threads (README, performance)
+    with cpu_features.exporting_for(targets[0], cpu_threads):
         lowered = stage("lower", lambda: lower(program, progress=lowering))
     # Sizes that torch.export tied to a sum of other inputs' sizes: the host checks them before the call.
     program = check_size_ties(program, lowered.ties)
