@@ -165,14 +165,15 @@ _ACTIVATIONS = {aten.hardtanh.default: "hardtanh", aten.relu.default: "relu"}
 # The least height and width of the expansion's output that takes this form in code for one thread:
 # the matmul also runs over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at
 # 14x14, where MobileNetV2's blocks measured no faster or slower than with the padding copy
-# (`benchmarks/inverted_residual.py`); MobileNetV2 on one thread of an AVX-512 Xeon (`local-sync`, 15
-# alternating rounds, wall time) took 1.006 the time from 28x28 and 1.035 from 14x14.
+# (`benchmarks/inverted_residual.py`); MobileNetV2 on one thread of an AVX-512 Xeon (`local-sync`) took
+# 1.02-1.04 the time from 14x14 (README, "AVX-512 on an Intel Xeon").
 MIN_SIZE = 56
 # The same in code for two threads or more (`cpu_features.threads`), where the padding copy costs more
 # than those rows: IREE's `local-task` runs the copy as a dispatch of its own whose tiles read what the
 # other worker wrote, and with two workers such copies took 2-5x the CPU time they take on one
-# (README, Known traps). MobileNetV2 for two threads (AVX-512 Xeon, `local-task`, 15 alternating
-# rounds, wall time): from 28x28 0.981, from 14x14 0.967, from 7x7, its least size, 0.947 the time.
+# (README, Known traps). MobileNetV2 for two threads from 7x7, its least size (AVX-512 Xeon,
+# `local-task`, `iree-benchmark-module` in 8 alternating pairs of processes, per-call medians): 6.23
+# against 6.45 ms, 0.966 the time.
 THREADED_MIN_SIZE = 7
 
 # The most input channels of a convolution with a larger filter that takes this form: IREE's direct
