@@ -18,6 +18,10 @@ variant is then loaded on `local-sync` (one thread) and
   of calls, divided by their number. On a shared machine wall time counts the other jobs too; the
   CPU time of one thread does not (much).
 
+Beside the variants runs a control (`CONTROL`): the baseline's own vmfb again, from files of its own.
+Two copies of one vmfb loaded side by side differed by up to 6% on a 2-core Xeon (README,
+"AVX-512 on an Intel Xeon"), so a variant's ratio within the control's says nothing about its flags.
+
 The report gives, per model and variant, the median per-call time over the rounds with its min-max,
 the median over rounds of the variant's time divided by the baseline's in the same round (the
 ratio; below 1 is faster), the largest error, and the compile time (wall and iree-compile's own CPU
@@ -34,6 +38,7 @@ import argparse
 import contextlib
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -62,6 +67,8 @@ VARIANTS: dict[str, list[str]] = {
     "aggressive fusion": ["--iree-dispatch-creation-enable-aggressive-fusion=true"],
     "pad into consumer": ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops=true"],
 }
+CONTROL = "current flags, a second copy"
+"""The baseline's vmfb once more, saved to files of its own and loaded beside it (`control_copy`)."""
 TURN_S = 0.25
 """CPU seconds of calls per variant per round (at least 2 calls)."""
 
@@ -149,8 +156,24 @@ def export_variants(
         variant_bundle = Bundle(manifest, {**bundle.files, vmfb_name: vmfb}, bundle.program)
         path = variant_bundle.save(folder / f"variant-{len(built)}.dycl")
         runner = dycl_iree.load(str(path), device="local-sync", host="compiled")
-        built[name] = {"run": runner, "compile_wall": wall, "compile_cpu": cpu, "flags": flags, "size": len(vmfb)}
+        built[name] = {
+            "run": runner,
+            "compile_wall": wall,
+            "compile_cpu": cpu,
+            "flags": flags,
+            "size": len(vmfb),
+            "path": path,
+        }
     return built
+
+
+def control_copy(item: dict, folder: Path) -> dict:
+    """The baseline's built `item` again: its bundle copied to new files and loaded from them, so that
+    its vmfb is mapped from pages of its own; not compiled again (no compile times)."""
+    copy = folder / "control.dycl"
+    shutil.copytree(item["path"], copy)
+    runner = dycl_iree.load(str(copy), device="local-sync", host="compiled")
+    return {**item, "run": runner, "path": copy, "compile_wall": None, "compile_cpu": None}
 
 
 def realistic_model(model_name: str) -> tuple:
@@ -220,6 +243,8 @@ def main(model_names: list[str], variants: dict[str, list[str]], rounds: int, cp
         with tempfile.TemporaryDirectory(prefix="dycl-compile-flags-") as folder:
             with exporting_for(cpu):
                 built = export_variants(model, example, dynamic_shapes, variants, Path(folder))
+            if "run" in built.get(BASELINE, {}):
+                built[CONTROL] = control_copy(built[BASELINE], Path(folder))
             runs = {name: item["run"] for name, item in built.items() if "run" in item}
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
@@ -235,11 +260,11 @@ def main(model_names: list[str], variants: dict[str, list[str]], rounds: int, cp
                 ratios = [value / reference for value, reference in zip(series, base)]
                 ratio = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
             worst, reason = errors[name]
+            seconds = [f"{item[key]:.0f}" if item[key] is not None else "-" for key in ("compile_wall", "compile_cpu")]
             print(
                 f"| {model_name} | {name} | {statistics.median(series) * 1e3:.2f} | "
                 f"{min(series) * 1e3:.2f}-{max(series) * 1e3:.2f} | {ratio} | {worst:.2e} | "
-                f"{'yes' if reason is None else 'NO: ' + reason} | "
-                f"{item['compile_wall']:.0f} | {item['compile_cpu']:.0f} |",
+                f"{'yes' if reason is None else 'NO: ' + reason} | {' | '.join(seconds)} |",
                 flush=True,
             )
         print(f"(load average after {model_name}: {os.getloadavg()[0]:.1f})", flush=True)
