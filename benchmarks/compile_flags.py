@@ -67,7 +67,7 @@ VARIANTS: dict[str, list[str]] = {
     "aggressive fusion": ["--iree-dispatch-creation-enable-aggressive-fusion=true"],
     "pad into consumer": ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops=true"],
 }
-CONTROL = "current flags, a second copy"
+CONTROL = "the first row's vmfb again, a copy"
 """The baseline's vmfb once more, saved to files of its own and loaded beside it (`control_copy`)."""
 TURN_S = 0.25
 """CPU seconds of calls per variant per round (at least 2 calls)."""

@@ -79,7 +79,8 @@ alternating in this one process on `local-sync`, as CPU time per call (`compile_
 alternation. `--cpu znver3` exports as for an AVX2 host on an AVX-512 machine
 (`compile_flags.exporting_for`). ONNX Runtime (the `bench` peer, one thread) runs in the same
 alternation, for reference (checked by `bench`, not here; its ratio is to the form without baseline
-form too).
+form too), and so does the first form's bundle loaded a second time from files of its own
+(`compile_flags.CONTROL`): identical builds in one process differed by up to 6% on a 2-core Xeon.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["DYCL_IREE_EXPORT_CACHE"] = "0"
 
 import torch  # noqa: E402
-from compile_flags import check, exporting_for, realistic_model, time_alternating  # noqa: E402
+from compile_flags import CONTROL, check, control_copy, exporting_for, realistic_model, time_alternating  # noqa: E402
 
 import dycl_iree  # noqa: E402
 from dycl_iree import cpu_features, data_tiling, decompositions, lower, padded_expansion, tap_tiles, winograd  # noqa: E402
@@ -347,6 +348,9 @@ def main(model_names: list[str], rounds: int, cpu: str | None, compare: str = "w
         with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
             with exporting_for(cpu):
                 runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder), forms)
+            # The baseline's bundle (the first form's) again from files of its own: the spread of
+            # identical builds in one process (`compile_flags.CONTROL`).
+            runs[CONTROL] = control_copy({"path": Path(folder) / "form-0.dycl"}, Path(folder))["run"]
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
             try:
