@@ -10,7 +10,7 @@ import torch
 import dycl_iree
 from dycl_iree import compile as compile_flags
 from dycl_iree import vm_remaps
-from tests.test_host_scalars import Halting, _check
+from tests.test_host_scalars import Halting, _check, halting_inputs
 
 # The branch `Halting`'s main got with IREE's f64-to-f32 demotion and memoized command buffers: the
 # i64 goes to %i32:%i33, then %i33 (the host's float) is read into %i4.
@@ -62,14 +62,11 @@ def test_a_main_whose_branches_overlap_is_compiled_again_with_recorded_command_b
     assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
     assert retry in bundle.manifest["targets"]["llvm-cpu"]["flags"]
     steps = set()
-    for limit in (0, 2, 6):
-        for magnitude in (0.5, 2.0, 8.0):
-            x = torch.randn(1, 4)
-            x = x / x.abs().max() * magnitude
-            with torch.no_grad():
-                want = model(x, limit)
-            steps.add(int(want[1]))
-            _check(compiled(x.numpy(), limit), want)
+    for limit, x in halting_inputs((0, 2, 6)):
+        with torch.no_grad():
+            want = model(x, limit)
+        steps.add(int(want[1]))
+        _check(compiled(x.numpy(), limit), want)
     assert 0 in steps and len(steps) > 2, steps
 
 
