@@ -140,8 +140,7 @@ def export(
     unsupported, main_text = stage("hosts", lambda: _add_compiled_host(program, lowered))
     blocks = branches_as_blocks(main_text, largest_weights(program))
 
-    # Whether the module holds a `main` whose branches `vm_remaps` checks (not once it is removed).
-    checked_main = [unsupported is None and _branches(main_text)]
+    branching = _branches(main_text)  # whose VM code `vm_remaps` checks, while the module holds `main`
 
     def compile_all(extra: tuple[str, ...] = ()) -> dict[str, bytes]:
         bytecode = module_bytecode(lowered.module)
@@ -157,7 +156,7 @@ def export(
                     use_cache=cache,
                     extra_flags=extra,
                     branches_as_blocks=blocks,
-                    check_branches=checked_main[0],
+                    check_branches=branching and unsupported is None,
                 ),
             )
         return vmfbs
@@ -190,7 +189,6 @@ def export(
         # The segments compile without `main` (checked next), so only the compiled host is at fault.
         remove_main(lowered)
         blocks = False
-        checked_main[0] = False
         unsupported = f"{_rejection(failure)}: {compiled_host_failure(failure, main_text)}{retried}"
         try:
             compiled = compile_all()
