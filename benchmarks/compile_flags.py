@@ -167,13 +167,12 @@ def export_variants(
     return built
 
 
-def control_copy(item: dict, folder: Path) -> dict:
-    """The baseline's built `item` again: its bundle copied to new files and loaded from them, so that
-    its vmfb is mapped from pages of its own; not compiled again (no compile times)."""
+def control_copy(bundle: Path, folder: Path) -> tuple[object, Path]:
+    """A saved `bundle` again: copied to new files in `folder` and loaded from them, so that its vmfb
+    is mapped from pages of its own; the runner and the copy's path."""
     copy = folder / "control.dycl"
-    shutil.copytree(item["path"], copy)
-    runner = dycl_iree.load(str(copy), device="local-sync", host="compiled")
-    return {**item, "run": runner, "path": copy, "compile_wall": None, "compile_cpu": None}
+    shutil.copytree(bundle, copy)
+    return dycl_iree.load(str(copy), device="local-sync", host="compiled"), copy
 
 
 def realistic_model(model_name: str) -> tuple:
@@ -243,8 +242,10 @@ def main(model_names: list[str], variants: dict[str, list[str]], rounds: int, cp
         with tempfile.TemporaryDirectory(prefix="dycl-compile-flags-") as folder:
             with exporting_for(cpu):
                 built = export_variants(model, example, dynamic_shapes, variants, Path(folder))
-            if "run" in built.get(BASELINE, {}):
-                built[CONTROL] = control_copy(built[BASELINE], Path(folder))
+            if "run" in built.get(BASELINE, {}):  # not compiled again: no compile times
+                run, copy = control_copy(built[BASELINE]["path"], Path(folder))
+                built[CONTROL] = {**built[BASELINE], "run": run, "path": copy}
+                built[CONTROL].update(compile_wall=None, compile_cpu=None)
             runs = {name: item["run"] for name, item in built.items() if "run" in item}
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}

@@ -288,12 +288,13 @@ COMPARISONS = {
 
 def export_forms(
     model, example: tuple, dynamic_shapes, folder: Path, forms: dict
-) -> tuple[dict[str, object], dict[str, str]]:
-    """A compiled-host runner of `model` per form (`COMPARISONS`: a rule patched, or not), and
-    the size of its saved bundle in MiB (the filters Winograd transforms are stored transformed:
-    16/9 of their size) and the export's wall seconds, as text."""
+) -> tuple[dict[str, object], dict[str, str], Path]:
+    """A compiled-host runner of `model` per form (`COMPARISONS`: a rule patched, or not), the
+    size of its saved bundle in MiB (the filters Winograd transforms are stored transformed: 16/9
+    of their size) and the export's wall seconds, as text; and where the first form's bundle is."""
     runs: dict[str, object] = {}
     sizes: dict[str, str] = {}
+    paths: list[Path] = []
     for name, patch in forms.items():
         patches = patch if isinstance(patch, list) else [patch]
         saved = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
@@ -309,10 +310,11 @@ def export_forms(
         if bundle.host != "compiled":
             raise SystemExit("the export took the Python host; its convolutions are not what is measured here")
         path = bundle.save(folder / f"form-{len(runs)}.dycl")
+        paths.append(Path(path))
         runs[name] = dycl_iree.load(str(path), device="local-sync", host="compiled")
         size = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
         sizes[name] = f"{size / 2**20:.1f} | {time.perf_counter() - start:.0f}"
-    return runs, sizes
+    return runs, sizes, paths[0]
 
 
 def onnxruntime_call(model_name: str, model, example: tuple, samples: list[tuple], folder: Path):
@@ -347,10 +349,10 @@ def main(model_names: list[str], rounds: int, cpu: str | None, compare: str = "w
         model, example, dynamic_shapes, samples, expected = realistic_model(model_name)
         with tempfile.TemporaryDirectory(prefix="dycl-convolution-forms-") as folder:
             with exporting_for(cpu):
-                runs, sizes = export_forms(model, example, dynamic_shapes, Path(folder), forms)
-            # The baseline's bundle (the first form's) again from files of its own: the spread of
-            # identical builds in one process (`compile_flags.CONTROL`).
-            runs[CONTROL] = control_copy({"path": Path(folder) / "form-0.dycl"}, Path(folder))["run"]
+                runs, sizes, first = export_forms(model, example, dynamic_shapes, Path(folder), forms)
+            # The first form's bundle again from files of its own: the spread of identical builds in
+            # one process (`compile_flags.CONTROL`).
+            runs[CONTROL], _ = control_copy(first, Path(folder))
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}
             try:
