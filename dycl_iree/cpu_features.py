@@ -32,32 +32,16 @@ import platform
 from collections.abc import Iterator
 
 _TARGET: contextvars.ContextVar[str] = contextvars.ContextVar("dycl_iree_target", default="llvm-cpu")
-_THREADS: contextvars.ContextVar[int] = contextvars.ContextVar("dycl_iree_cpu_threads", default=1)
 
 
 @contextlib.contextmanager
-def exporting_for(target: str, cpu_threads: int = 1) -> Iterator[None]:
-    """Within this block, forms are chosen for `target` (a `compile.TARGETS` name or `llvm-cpu:TRIPLE`),
-    whose CPU code is split for `cpu_threads` threads (`pipeline.export`'s)."""
-    target_token, threads_token = _TARGET.set(target), _THREADS.set(cpu_threads)
+def exporting_for(target: str) -> Iterator[None]:
+    """Within this block, forms are chosen for `target` (a `compile.TARGETS` name or `llvm-cpu:TRIPLE`)."""
+    token = _TARGET.set(target)
     try:
         yield
     finally:
-        _THREADS.reset(threads_token)
-        _TARGET.reset(target_token)
-
-
-def threads() -> int:
-    """How many threads the CPU code being exported is split for; 1 for a GPU target.
-
-    >>> with exporting_for("llvm-cpu", cpu_threads=2):
-    ...     threads()
-    2
-    >>> with exporting_for("vulkan", cpu_threads=2):
-    ...     threads()
-    1
-    """
-    return _THREADS.get() if _TARGET.get().startswith("llvm-cpu") else 1
+        _TARGET.reset(token)
 
 
 def direct_convolutions_fast() -> bool:

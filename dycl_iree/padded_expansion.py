@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from . import cpu_features
 from .decompositions import depthwise_as_taps, depthwise_convolution_as_taps
 from .program import ListArg, Segment, Value
 
@@ -162,31 +161,15 @@ def inside_mask(height: int, width: int, padding: Sequence[int]) -> torch.Tensor
 
 
 _ACTIVATIONS = {aten.hardtanh.default: "hardtanh", aten.relu.default: "relu"}
-# The least height and width of the expansion's output that takes this form in code for one thread:
-# the matmul also runs over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at
-# 14x14, where MobileNetV2's blocks measured no faster or slower than with the padding copy
-# (`benchmarks/inverted_residual.py`); MobileNetV2 on one thread of an AVX-512 Xeon (`local-sync`) took
-# 1.02-1.04 the time from 14x14 (README, "AVX-512 on an Intel Xeon").
+# The least height and width of the expansion's output that takes this form: the matmul also runs
+# over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at 14x14, where MobileNetV2's
+# blocks measured no faster or slower than with the padding copy (`benchmarks/inverted_residual.py`).
 MIN_SIZE = 56
-# The same in code for two threads or more (`cpu_features.threads`), where the padding copy costs more
-# than those rows: IREE's `local-task` runs the copy as a dispatch of its own whose tiles read what the
-# other worker wrote, and with two workers such copies took 2-5x the CPU time they take on one
-# (README, Known traps). MobileNetV2 for two threads from 7x7, its least size (AVX-512 Xeon,
-# `local-task`, `iree-benchmark-module` in 8 alternating pairs of processes, per-call medians): 6.23
-# against 6.45 ms, 0.966 the time.
-THREADED_MIN_SIZE = 7
-
 # The most input channels of a convolution with a larger filter that takes this form: IREE's direct
 # convolution of so few channels (MobileNetV2's stem: 3) vectorizes over the output channels and
 # pixels; wider ones take other forms (`decompositions._im2col_wins`, Winograd) or other tiles,
 # not measured here.
 MAX_CONVOLUTION_CHANNELS = 4
-
-
-def min_size() -> int:
-    """The least height and width of a padded expansion for the code being exported (`MIN_SIZE`,
-    `THREADED_MIN_SIZE`)."""
-    return MIN_SIZE if cpu_features.threads() == 1 else THREADED_MIN_SIZE
 
 
 class Expansions:
@@ -198,7 +181,7 @@ class Expansions:
     Only the rewrite's own conditions are checked here: a 1x1 convolution with stride 1, no
     padding, dilation or groups and every argument given, or a narrow one; bounds of the activation that are
     constants; a depthwise convolution with a padding of ints (`lower._is_depthwise` checks the rest)
-    of an input of at least `min_size()` in both directions, known at export.
+    of an input of at least `MIN_SIZE` x `MIN_SIZE`, known at export.
     """
 
     def __init__(self, segment: Segment) -> None:
@@ -228,7 +211,7 @@ class Expansions:
         padding, shape = args[4], op.args[0].type.shape
         if not self._single_use(op.args[0], self.activated) or not any(padding):
             return None
-        if not all(type(size) is int and size >= min_size() for size in shape[2:]):
+        if not all(type(size) is int and size >= MIN_SIZE for size in shape[2:]):
             return None
         (function, convolution, settings), activation, *bounds = self.activated[op.args[0]]
         return function, (*convolution[:3], list(padding), None, activation, *settings, *bounds)

@@ -129,8 +129,7 @@ def export(
     def lowering(name: str) -> None:
         say(f"lowering {name} of {len(program.segments)}", detail=True)
 
-    # forms that depend on the processor and the threads (README, performance)
-    with cpu_features.exporting_for(targets[0], cpu_threads):
+    with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
         lowered = stage("lower", lambda: lower(program, progress=lowering))
     # Sizes that torch.export tied to a sum of other inputs' sizes: the host checks them before the call.
     program = check_size_ties(program, lowered.ties)

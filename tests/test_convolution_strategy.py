@@ -400,42 +400,6 @@ def test_inverted_residual_pads_its_expansion_in_the_matmul_and_matches_pytorch(
     assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
 
 
-@pytest.mark.parametrize("cpu_threads", [1, 2])
-def test_code_for_threads_pads_expansions_below_56_pixels(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_threads: int
-) -> None:
-    """Below 56x56 (`padded_expansion.MIN_SIZE`) an expansion writes its depthwise convolution's padded
-    input only in code for more than one thread (`THREADED_MIN_SIZE`), where a padding copy of its own
-    costs more than the border's rows; the hosts match PyTorch either way, on both sides of the
-    branch, run on the driver the code is split for."""
-    from dycl_iree import padded_expansion
-
-    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
-    weights = []
-
-    def recording(*args: Any) -> torch.Tensor:
-        weights.append(tuple(args[1].shape))
-        return lower_padded(*args)
-
-    lower_padded = padded_expansion.pointwise_convolution_padded
-    monkeypatch.setattr(padded_expansion, "pointwise_convolution_padded", recording)
-    torch.manual_seed(0)
-    model = InvertedResidual().eval()
-    samples = [torch.randn(1, 8, 14, 14), torch.randn(1, 8, 14, 14) + 3.0]
-    bundle = dycl_iree.export(model, (samples[0],), cpu_threads=cpu_threads)
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    # The expansion before either depthwise convolution, never the shared one (8 -> 40).
-    assert set(weights) == ({(48, 8, 1, 1)} if cpu_threads > 1 else set()), weights
-    path = bundle.save(tmp_path / "inverted_residual.dycl")
-    device = "local-task" if cpu_threads > 1 else "local-sync"
-    compiled = dycl_iree.load(path, device=device, host="compiled")
-    python = dycl_iree.load(path, device=device, host="python", record=True)
-    for sample in samples:
-        check_hosts(torch.jit.script(model), (compiled, python), (sample,))
-    (label,) = python.decisions
-    assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
-
-
 class StemAndDepthwise(nn.Module):
     """MobileNetV2's stem (3 -> 16 channels, 3x3, stride 2, BN, ReLU6) and the depthwise convolution
     after it, on one side of a branch; on the other a stem whose ReLU6 a second op reads too (the
