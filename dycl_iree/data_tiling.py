@@ -87,6 +87,17 @@ REGISTER_TILE_ROWS = {
     "linalg.matmul": {(48, 96): 96, (97, None): 48},
     "linalg.batch_matmul": {(16, 96): 96, (97, None): 48},
 }
+# A matmul of more rows than one workgroup takes whose rows are a multiple of one of these takes
+# workgroups of that many rows instead (the first that divides and is a multiple of the register
+# tile's rows), so that no workgroup is a partial one, whose rows IREE peels: ImageNet maps have
+# 2^a x 7^2 pixels (12544, 3136, 784, 196), which 48 never divides. A 6-row tile keeps 48: in 56
+# rows it peels 2 rows in every workgroup (AVX2, 6 x 16: 3136x256 by 256x64 0.905 -> 0.962 ms,
+# 12544x16 by 16x96 0.743 -> 0.787). Per matmul + residual + ReLU (AVX-512, 4 x 64, `iree-benchmark-module`, ms),
+# workgroups of 48 -> 56 rows: 784x128 by 128x512 0.859 -> 0.809, 3136x64 by 64x256 0.948 -> 0.919,
+# 784x32 by 32x192 0.081 -> 0.072, the others even. Whole models as alternating processes (median
+# ratio of pairs): ResNet-50 0.988 and 0.990, MobileNetV2 0.996, the early-exit ResNet-50 1.000 and
+# 0.996. 28 for the 196 rows of 14x14 maps gained nothing more (ResNet-50 0.994).
+DIVIDING_WORKGROUP_ROWS = (56,)
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
 REGISTER_TILE = (6, 16)  # rows x columns in registers
@@ -200,6 +211,25 @@ def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.mat
     return columns
 
 
+def workgroup_rows(op: str, tile_rows: int) -> list[tuple[tuple[int, int | None], int, int]]:
+    """Per row range of `op` in REGISTER_TILE_ROWS: (the range, a multiple its rows must be or 0, the
+    rows a workgroup takes), in the order the spec tries them: a range of several workgroups first
+    with each of DIVIDING_WORKGROUP_ROWS that its rows are a multiple of (those that are a multiple
+    of the register tile's `tile_rows`), then with its own.
+
+    >>> workgroup_rows("linalg.matmul", 4)
+    [((48, 96), 0, 96), ((97, None), 56, 56), ((97, None), 0, 48)]
+    >>> workgroup_rows("linalg.matmul", 6)
+    [((48, 96), 0, 96), ((97, None), 0, 48)]
+    """
+    rules = []
+    for rows, workgroup in REGISTER_TILE_ROWS[op].items():
+        if rows[0] > workgroup:
+            rules += [(rows, divisor, divisor) for divisor in DIVIDING_WORKGROUP_ROWS if divisor % tile_rows == 0]
+        rules.append((rows, 0, workgroup))
+    return rules
+
+
 def register_tile_info(rows: int, batch_dims: int, tile: tuple[int, int] = REGISTER_TILE, depth: int = 0) -> str:
     """The `compilation_info` of a matmul (`batch_dims` 0) or batch matmul (1) whose workgroups take
     `rows` rows each, with the 6 x 16 register tile, and the reduction in blocks of `depth` (0: whole).
@@ -263,16 +293,20 @@ def spec_text(
     tiles = [*((tile, tile[1]) for tile in (WIDE_REGISTER_TILES if wide else ())), (REGISTER_TILE, 0)]
     for tile, multiple in tiles if register_tile else []:
         for op, batch_dims in REGISTER_TILE_OPS.items():
-            for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
+            for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
                 # The deep reductions first, in cache blocks; then the rest, whole.
                 depths = [(REGISTER_TILE_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if REGISTER_TILE_BLOCKED_FROM else []
                 for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
-                    suffix = f"{op.split('.')[1]}_{rows[0]}" + (f"_k{min_depth}" if depth else "")
-                    suffix += f"_{tile[0]}x{tile[1]}"
+                    suffix = f"{op.split('.')[1]}_{rows[0]}" + (f"_m{rows_multiple}" if rows_multiple else "")
+                    suffix += (f"_k{min_depth}" if depth else "") + f"_{tile[0]}x{tile[1]}"
                     least = (rows, min_depth, multiple or REGISTER_TILE_MIN_SIZE)
-                    matchers.append(_matmul_matcher(f"@large_{suffix}", *least, op, columns_multiple_of=multiple))
+                    matchers.append(
+                        _matmul_matcher(
+                            f"@large_{suffix}", *least, op, columns_multiple_of=multiple, rows_multiple_of=rows_multiple
+                        )
+                    )
                     pairs.append(f"@large_{suffix} -> @register_tile_{suffix}")
-                    info = register_tile_info(workgroup_rows, batch_dims, tile, depth)
+                    info = register_tile_info(workgroup, batch_dims, tile, depth)
                     actions.append(f"""  transform.named_sequence @register_tile_{suffix}(
       %op: !transform.any_op {{transform.readonly}}) {{
     %info = transform.param.constant {info} -> !transform.any_param
@@ -331,22 +365,29 @@ def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str
         outer = [*lead, batch_dims + 1, batch_dims]  # the weight [B, K, N / 16] to [B, N / 16, K]
         order = [*lead, *(batch_dims + index for index in (0, 1, 3, 2))]  # K last
         packed_sizes = [0] * batch_dims + [0, PANEL, 0]
-        for rows, workgroup_rows in REGISTER_TILE_ROWS[op].items():
+        for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
             for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
-                action = f"@panels_{op.split('.')[1]}_{rows[0]}" + (f"_k{min_depth}" if depth else "")
+                action = f"@panels_{op.split('.')[1]}_{rows[0]}" + (f"_m{rows_multiple}" if rows_multiple else "")
+                action += f"_k{min_depth}" if depth else ""
                 step = REGISTER_TILE_WORKGROUP_COLUMNS
                 for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
                     least_depth = max(min_depth, -(-(1 << least_log2) // columns))
                     name = f"{action}_n{columns}"
                     if least_depth > min_depth:  # the weight's bound asks more depth of these columns
-                        matchers.append(_matmul_matcher(name, rows, least_depth, columns, op, exact_columns=True))
+                        matchers.append(
+                            _matmul_matcher(
+                                name, rows, least_depth, columns, op, exact_columns=True, rows_multiple_of=rows_multiple
+                            )
+                        )
                     else:  # from here every multiple of the workgroup's columns up to the most, one matcher
                         every = {"columns_multiple_of": step, "max_n": PANELS_MAX_COLUMNS}
-                        matchers.append(_matmul_matcher(name, rows, min_depth, columns, op, **every))
+                        matchers.append(
+                            _matmul_matcher(name, rows, min_depth, columns, op, rows_multiple_of=rows_multiple, **every)
+                        )
                     pairs.append(f"{name} -> {action}")
                     if least_depth == min_depth:
                         break
-                info = panel_info(workgroup_rows, depth, tile, batch_dims)
+                info = panel_info(workgroup, depth, tile, batch_dims)
                 actions.append(f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
     %packed = transform.structured.pack %op packed_sizes = {packed_sizes}
         : (!transform.any_op) -> !transform.op<"linalg.generic">
@@ -373,12 +414,13 @@ def _matmul_matcher(
     exact_columns: bool = False,
     columns_multiple_of: int = 0,
     max_n: int | None = None,
+    rows_multiple_of: int = 0,
 ) -> tuple[str, str]:
     """A matcher of `op` (`linalg.matmul`, or `linalg.batch_matmul`, whose dims follow the batch) with
     rows[0]..rows[1] rows (M; rows[1] None: no upper bound; rows[0] None: M dynamic, which the
     match gives as a negative size), K >= min_k and N >= min_n (N == min_n with `exact_columns`;
-    N <= max_n if given), N a multiple of `columns_multiple_of` if given (IREE's `dim_is_multiple_of`
-    on the result)."""
+    N <= max_n if given), N a multiple of `columns_multiple_of` and M of `rows_multiple_of` if given
+    (IREE's `dim_is_multiple_of` on the result)."""
     first = REGISTER_TILE_OPS[op]
     upper = [(0, "le", rows[1])] if rows[1] is not None else []
     lower = [(0, "ge", rows[0])] if rows[0] is not None else [(0, "lt", 0)]  # None: a dynamic M
@@ -401,19 +443,21 @@ def _matmul_matcher(
       transform.match.structured.yield %m, %n, %k : !transform.param<i64>, !transform.param<i64>, !transform.param<i64>
     }}
 {chr(10).join(lines)}
-{_multiple_of(first + 1, columns_multiple_of)}    transform.yield %op : !transform.any_op
+{_multiple_of({first + 1: columns_multiple_of, first: rows_multiple_of})}    transform.yield %op : !transform.any_op
   }}"""
     return name, text
 
 
-def _multiple_of(dim: int, factor: int) -> str:
-    """The matcher lines that ask the op's result to be a multiple of `factor` along `dim` (none for 0)."""
-    if not factor:
+def _multiple_of(factors: dict[int, int]) -> str:
+    """The matcher lines that ask the op's result to be a multiple of `factor` along each `dim` of
+    `factors` (none for a factor 0)."""
+    checks = [(dim, factor) for dim, factor in factors.items() if factor]
+    if not checks:
         return ""
-    return (
-        "    %result = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value\n"
-        f"    transform.iree.match.dim_is_multiple_of %result[{dim}], {factor} : !transform.any_value\n"
-    )
+    lines = ["    %result = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value\n"]
+    for dim, factor in checks:
+        lines.append(f"    transform.iree.match.dim_is_multiple_of %result[{dim}], {factor} : !transform.any_value\n")
+    return "".join(lines)
 
 
 def compile_flags(preprocessing: tuple[str, ...] = (), wide: bool = False) -> list[str]:

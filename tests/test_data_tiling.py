@@ -195,6 +195,42 @@ def test_large_matmuls_take_the_register_tile_of_the_cpu_and_none_is_data_tiled(
     assert all(f"vector_common_parallel = {tile}" in line for line in small), small
 
 
+class TwoMaps(nn.Module):
+    """1x1 convolutions of 64 -> 256 channels at 28x28 (784 rows: 14 workgroups of 56) and at 20x20
+    (400 rows: a multiple of neither 56 nor 48)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dividing = nn.Conv2d(64, 256, 1)
+        self.other = nn.Conv2d(64, 256, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(self.dividing(x)), torch.relu(self.other(y))
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_workgroups_of_56_rows_where_they_divide_the_rows_and_hold_whole_tiles(
+    avx512: bool, tmp_path: Path, monkeypatch
+) -> None:
+    """With AVX-512 (4 x 64) the 784 rows take workgroups of 56, the 400 rows 48; with AVX2 (6 x 16,
+    whose 6 rows 56 is no multiple of) both 48."""
+    _set_cpu(monkeypatch, avx512, True)
+    torch.manual_seed(0)
+    model = TwoMaps().eval()
+    examples = (torch.randn(1, 64, 28, 28), torch.randn(1, 64, 20, 20))
+    configurations = _compiled(model, examples, "executable-configurations")
+    tile = "[4, 64, 0]" if avx512 else "[6, 16, 0]"
+    for rows, workgroup in [(784, 56 if avx512 else 48), (400, 48)]:
+        lines = [line for line in _configuration_lines(configurations, "64x256xf32") if f"<{rows}x64xf32>" in line]
+        assert len(lines) == 1, (rows, configurations)
+        assert f"distribution = [{workgroup}, 64, 0]" in lines[0] and f"vector_common_parallel = {tile}" in lines[0]
+    run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "maps.dycl"))
+    with torch.no_grad():
+        wants = model(*examples)
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
 class LateConvolutions(nn.Module):
     """Convolutions whose matmuls read their weights as panels with AVX2: 256 -> 1024 channels at
     14x14 (196 rows), 512 -> 2048 at 7x7 then 2048 -> 512 with a residual (49 rows), and a 3x3
