@@ -48,7 +48,8 @@ a weight of 2^19 elements or more whose sides are powers of two always matches, 
 
 With AVX-512 (32 vector registers of 16 floats) the same rule holds with wider register tiles:
 4 rows x 64 columns for matmuls whose columns are a multiple of 64, 6 x 32 for the other multiples
-of 32, 6 x 16 for the rest (`WIDE_REGISTER_TILES`). That rule replaced AVX-512's own, which
+of 32, 6 x 16 for the rest, and 7 rows in place of 6 where 7 divides the rows and a workgroup
+(`WIDE_REGISTER_TILES`, `DIVIDING_WORKGROUP_ROWS`). That rule replaced AVX-512's own, which
 data-tiled the matmuls of at most 196 rows and a weight of 2^19 elements or more (the numbers
 above, measured on an AMD Zen 4) and left the rest, and the convolutions, to IREE: on an Intel
 Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512`, CPU time, 9
@@ -88,23 +89,29 @@ REGISTER_TILE_ROWS = {
     "linalg.batch_matmul": {(16, 96): 96, (97, None): 48},
 }
 # A matmul of more rows than one workgroup takes whose rows are a multiple of one of these takes
-# workgroups of that many rows instead (the first that divides and is a multiple of the register
-# tile's rows), so that no workgroup is a partial one, whose rows IREE peels: ImageNet maps have
-# 2^a x 7^2 pixels (12544, 3136, 784, 196), which 48 never divides. A 6-row tile keeps 48: in 56
-# rows it peels 2 rows in every workgroup (AVX2, 6 x 16: 3136x256 by 256x64 0.905 -> 0.962 ms,
-# 12544x16 by 16x96 0.743 -> 0.787). Per matmul + residual + ReLU (AVX-512, 4 x 64, `iree-benchmark-module`, ms),
-# workgroups of 48 -> 56 rows: 784x128 by 128x512 0.859 -> 0.809, 3136x64 by 64x256 0.948 -> 0.919,
-# 784x32 by 32x192 0.081 -> 0.072, the others even. Whole models as alternating processes (median
-# ratio of pairs): ResNet-50 0.988 and 0.990, MobileNetV2 0.996, the early-exit ResNet-50 1.000 and
-# 0.996. 28 for the 196 rows of 14x14 maps gained nothing more (ResNet-50 0.994).
-DIVIDING_WORKGROUP_ROWS = (56,)
+# workgroups of that many rows instead (the first that divides them and holds whole register tiles),
+# so that no workgroup is a partial one, whose rows IREE peels: ImageNet maps have 2^a x 7^2 pixels
+# (12544, 3136, 784, 196), which 48 never divides. Per matmul + residual + ReLU (AVX-512, 4 x 64,
+# `iree-benchmark-module`, ms), workgroups of 48 -> 56 rows: 784x128 by 128x512 0.859 -> 0.809,
+# 3136x64 by 64x256 0.948 -> 0.919, 784x32 by 32x192 0.081 -> 0.072, the others even; whole models
+# as alternating processes (median ratio of pairs): ResNet-50 0.988 and 0.990, MobileNetV2 0.996,
+# the early-exit ResNet-50 1.000 and 0.996; 28 rows for 14x14 maps then ResNet-50 0.994 and 0.992
+# (even). A 6-row tile keeps 48: in 56 rows it peels 2 in every workgroup (AVX2, 6 x 16: 3136x256
+# by 256x64 0.905 -> 0.962 ms, 12544x16 by 16x96 0.743 -> 0.787).
+DIVIDING_WORKGROUP_ROWS = (56, 28, 49)
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
 REGISTER_TILE = (6, 16)  # rows x columns in registers
 REDUCTION_STEP = 8  # the depth (K) of one step of the register tile's reduction
-# With AVX-512 (32 vector registers of 16 floats) a matmul whose columns are a multiple of a wide
-# tile's takes the first such tile; the others REGISTER_TILE.
-WIDE_REGISTER_TILES = ((4, 64), (6, 32))
+# With AVX-512 (32 vector registers of 16 floats) a matmul takes the first of these tiles whose
+# columns its columns are a multiple of (a 16-column tile: any), and whose rows its rows and
+# workgroups divide (`workgroup_rows`: a 7-row tile only where 7 does); the others REGISTER_TILE. A
+# tile of 7 rows where 7 divides the rows, against 6 (`iree-benchmark-module`, ms, MobileNetV2's
+# shapes with a ReLU): 49x960 by 960x160 0.130-0.153 -> 0.119, 196x576 by 576x96 0.149-0.156 ->
+# 0.140-0.142, 784x192 by 192x32 0.071-0.076 -> 0.068, 3136x96 by 96x24 (7 x 16) 0.177-0.183 ->
+# 0.151-0.153, 12544x16 by 16x96 0.691-0.707 -> 0.644-0.701; MobileNetV2 0.971 and 0.957 the time
+# (alternating processes, 10 pairs each), ResNet-50 (no such matmul) 1.007 and 0.992.
+WIDE_REGISTER_TILES = ((4, 64), (7, 32), (6, 32), (7, 16))
 # The columns (N) of a workgroup of a register-tiled matmul: 32 was 0.87-1.10x as fast on ResNet-50's
 # 1x1 shapes, 128 and 256 0.81-1.01x, and iree-compile rejects them with blocked reductions ("large
 # vector sizes"), `benchmarks/conv_shapes.py`.
@@ -214,19 +221,26 @@ def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.mat
 def workgroup_rows(op: str, tile_rows: int) -> list[tuple[tuple[int, int | None], int, int]]:
     """Per row range of `op` in REGISTER_TILE_ROWS: (the range, a multiple its rows must be or 0, the
     rows a workgroup takes), in the order the spec tries them: a range of several workgroups first
-    with each of DIVIDING_WORKGROUP_ROWS that its rows are a multiple of (those that are a multiple
-    of the register tile's `tile_rows`), then with its own.
+    with each of DIVIDING_WORKGROUP_ROWS that its rows are a multiple of (those that hold whole
+    register tiles of `tile_rows`), then with its own. A tile whose rows do not divide a range's own
+    workgroup (7) takes only the matmuls that it and a workgroup divide, or, where one workgroup takes
+    every row, whose rows it divides.
 
     >>> workgroup_rows("linalg.matmul", 4)
-    [((48, 96), 0, 96), ((97, None), 56, 56), ((97, None), 0, 48)]
+    [((48, 96), 0, 96), ((97, None), 56, 56), ((97, None), 28, 28), ((97, None), 0, 48)]
     >>> workgroup_rows("linalg.matmul", 6)
     [((48, 96), 0, 96), ((97, None), 0, 48)]
+    >>> workgroup_rows("linalg.matmul", 7)
+    [((48, 96), 7, 96), ((97, None), 56, 56), ((97, None), 28, 28), ((97, None), 49, 49)]
     """
     rules = []
     for rows, workgroup in REGISTER_TILE_ROWS[op].items():
-        if rows[0] > workgroup:
+        whole_tiles = workgroup % tile_rows == 0
+        if rows[0] > workgroup:  # several workgroups
             rules += [(rows, divisor, divisor) for divisor in DIVIDING_WORKGROUP_ROWS if divisor % tile_rows == 0]
-        rules.append((rows, 0, workgroup))
+            rules += [(rows, 0, workgroup)] if whole_tiles else []
+        else:  # one workgroup of every row: of whole tiles where the tile's rows divide them
+            rules.append((rows, 0 if whole_tiles else tile_rows, workgroup))
     return rules
 
 
@@ -290,7 +304,8 @@ def spec_text(
         pairs += panel_pairs
     # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own; then the narrow
     # one for every matmul from REGISTER_TILE_MIN_SIZE columns.
-    tiles = [*((tile, tile[1]) for tile in (WIDE_REGISTER_TILES if wide else ())), (REGISTER_TILE, 0)]
+    wide_tiles = WIDE_REGISTER_TILES if wide else ()
+    tiles = [*((tile, tile[1] if tile[1] > PANEL else 0) for tile in wide_tiles), (REGISTER_TILE, 0)]
     for tile, multiple in tiles if register_tile else []:
         for op, batch_dims in REGISTER_TILE_OPS.items():
             for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):

@@ -195,35 +195,61 @@ def test_large_matmuls_take_the_register_tile_of_the_cpu_and_none_is_data_tiled(
     assert all(f"vector_common_parallel = {tile}" in line for line in small), small
 
 
-class TwoMaps(nn.Module):
-    """1x1 convolutions of 64 -> 256 channels at 28x28 (784 rows: 14 workgroups of 56) and at 20x20
-    (400 rows: a multiple of neither 56 nor 48)."""
+class ImageNetMaps(nn.Module):
+    """1x1 convolutions on maps of 2^a x 7^2 pixels, as ImageNet networks have them, and on one of
+    20x20 (a multiple of neither 7 nor 48): 64 -> 256 channels at 28x28 (784 rows: 14 workgroups of
+    56) and 20x20 (400), MobileNetV2's 192 -> 32 at 28x28, 576 -> 96 at 14x14 (196 rows: 7 of 28),
+    960 -> 160 at 7x7 (49 rows, one workgroup) and 96 -> 24 at 56x56, and 192 -> 32 at 20x20."""
+
+    SHAPES = ((64, 256, 28), (64, 256, 20), (192, 32, 28), (576, 96, 14), (960, 160, 7), (96, 24, 56), (192, 32, 20))
 
     def __init__(self) -> None:
         super().__init__()
-        self.dividing = nn.Conv2d(64, 256, 1)
-        self.other = nn.Conv2d(64, 256, 1)
+        self.convolutions = nn.ModuleList(nn.Conv2d(cin, cout, 1) for cin, cout, _ in self.SHAPES)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.relu(self.dividing(x)), torch.relu(self.other(y))
+    def forward(self, a, b, c, d, e, f, g):  # one map per convolution
+        maps, outputs = [a, b, c, d, e, f, g], []
+        for index, conv in enumerate(self.convolutions):
+            outputs.append(torch.relu(conv(maps[index])))
+        return outputs
+
+    @classmethod
+    def examples(cls) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.randn(1, cin, size, size) for cin, _, size in cls.SHAPES)
+
+
+# Per shape of ImageNetMaps (rows, K x N): the workgroup's rows and the register tile with AVX-512
+# and with AVX2.
+IMAGENET_MAP_TILES = {
+    (784, "64x256"): ((56, (4, 64)), (48, (6, 16))),
+    (400, "64x256"): ((48, (4, 64)), (48, (6, 16))),
+    (784, "192x32"): ((56, (7, 32)), (48, (6, 16))),
+    (196, "576x96"): ((28, (7, 32)), (48, (6, 16))),
+    (49, "960x160"): ((96, (7, 32)), (96, (6, 16))),
+    (3136, "96x24"): ((56, (7, 16)), (48, (6, 16))),
+    (400, "192x32"): ((48, (6, 32)), (48, (6, 16))),
+}
 
 
 @pytest.mark.parametrize("avx512", [True, False])
-def test_workgroups_of_56_rows_where_they_divide_the_rows_and_hold_whole_tiles(
+def test_workgroups_divide_imagenet_maps_and_avx512_tiles_take_7_rows_there(
     avx512: bool, tmp_path: Path, monkeypatch
 ) -> None:
-    """With AVX-512 (4 x 64) the 784 rows take workgroups of 56, the 400 rows 48; with AVX2 (6 x 16,
-    whose 6 rows 56 is no multiple of) both 48."""
+    """With AVX-512 a matmul whose rows a workgroup of 56, 28 or 49 rows divides takes it (or one
+    workgroup of every row), a 7-row register tile where 7 divides them and the columns are no
+    multiple of 64; with AVX2 (6 x 16, whose 6 rows 56 is no multiple of) workgroups of 48 or 96."""
     _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
-    model = TwoMaps().eval()
-    examples = (torch.randn(1, 64, 28, 28), torch.randn(1, 64, 20, 20))
+    model = ImageNetMaps().eval()
+    examples = ImageNetMaps.examples()
     configurations = _compiled(model, examples, "executable-configurations")
-    tile = "[4, 64, 0]" if avx512 else "[6, 16, 0]"
-    for rows, workgroup in [(784, 56 if avx512 else 48), (400, 48)]:
-        lines = [line for line in _configuration_lines(configurations, "64x256xf32") if f"<{rows}x64xf32>" in line]
-        assert len(lines) == 1, (rows, configurations)
-        assert f"distribution = [{workgroup}, 64, 0]" in lines[0] and f"vector_common_parallel = {tile}" in lines[0]
+    for (rows, weight), tiles in IMAGENET_MAP_TILES.items():
+        workgroup, tile = tiles[0] if avx512 else tiles[1]
+        operand = f"<{rows}x{weight.split('x')[0]}xf32>"
+        lines = [line for line in _configuration_lines(configurations, f"{weight}xf32") if operand in line]
+        assert len(lines) == 1, (rows, weight, configurations)
+        assert f"distribution = [{workgroup}, 64, 0]" in lines[0], (rows, weight, lines[0])
+        assert f"vector_common_parallel = [{tile[0]}, {tile[1]}, 0]" in lines[0], (rows, weight, lines[0])
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "maps.dycl"))
     with torch.no_grad():
         wants = model(*examples)
@@ -374,14 +400,15 @@ def test_winograds_batch_matmul_reads_its_filter_as_panels_in_the_register_tile(
     examples = (torch.randn(1, 512, 7, 7), torch.randn(1, 128, 14, 14))
     # Layer4 of ResNet: 512 channels at 7x7, Winograd's F(2x2, 3x3), a batch matmul 16 x 16x512 by
     # 512x512 whose filter is read as panels; and 128 -> 96 channels at 14x14, whose 96 columns are
-    # not a multiple of the panels' workgroup: a batch matmul over the filter as stored.
+    # not a multiple of the panels' workgroup: a batch matmul over the filter as stored, whose 49
+    # rows (7x7 tiles) take 7-row tiles with AVX-512.
     model = WinogradPair((512, 512), (128, 96)).eval()
     configurations = _compiled(model, examples, "executable-configurations")
     lines = configurations.splitlines()
     panels = [line for line in lines if "linalg.generic" in line and "tensor<16x32x512x16xf32>" in line]
     plain = [line for line in lines if "linalg.batch_matmul" in line]
     assert panels and plain and not any("512x512xf32" in line for line in plain), configurations
-    panel_tile, tile = ("[1, 4, 4, 16, 0]", "[1, 6, 32, 0]") if avx512 else ("[1, 6, 1, 16, 0]", "[1, 6, 16, 0]")
+    panel_tile, tile = ("[1, 4, 4, 16, 0]", "[1, 7, 32, 0]") if avx512 else ("[1, 6, 1, 16, 0]", "[1, 6, 16, 0]")
     assert all(f"vector_common_parallel = {panel_tile}" in line for line in panels), panels
     assert all(f"vector_common_parallel = {tile}" in line for line in plain), plain
 
