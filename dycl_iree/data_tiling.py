@@ -96,8 +96,9 @@ REGISTER_TILE_ROWS = {
 # 3136x64 by 64x256 0.948 -> 0.919, 784x32 by 32x192 0.081 -> 0.072, the others even; whole models
 # as alternating processes (median ratio of pairs): ResNet-50 0.988 and 0.990, MobileNetV2 0.996,
 # the early-exit ResNet-50 1.000 and 0.996; 28 rows for 14x14 maps then ResNet-50 0.994 and 0.992
-# (even). A 6-row tile keeps 48: in 56 rows it peels 2 in every workgroup (AVX2, 6 x 16: 3136x256
-# by 256x64 0.905 -> 0.962 ms, 12544x16 by 16x96 0.743 -> 0.787).
+# (even). 49 serves 7-row tiles (`WIDE_REGISTER_TILES`) on rows that 7 x 7 divides and 28 does not.
+# A 6-row tile keeps 48: in 56 rows it peels 2 in every workgroup (AVX2, 6 x 16: 3136x256 by 256x64
+# 0.905 -> 0.962 ms, 12544x16 by 16x96 0.743 -> 0.787).
 DIVIDING_WORKGROUP_ROWS = (56, 28, 49)
 REGISTER_TILE_OPS = {"linalg.matmul": 0, "linalg.batch_matmul": 1}  # op: its leading batch dims
 REGISTER_TILE_MIN_SIZE = 16  # the least depth (K) and columns (N) that take the register tile
@@ -302,8 +303,8 @@ def spec_text(
         panel_matchers, panel_pairs, actions = _panel_rules(panel_tile)
         matchers += panel_matchers
         pairs += panel_pairs
-    # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own; then the narrow
-    # one for every matmul from REGISTER_TILE_MIN_SIZE columns.
+    # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own (a tile of one
+    # panel's columns for any); then the narrow one for every matmul from REGISTER_TILE_MIN_SIZE columns.
     wide_tiles = WIDE_REGISTER_TILES if wide else ()
     tiles = [*((tile, tile[1] if tile[1] > PANEL else 0) for tile in wide_tiles), (REGISTER_TILE, 0)]
     for tile, multiple in tiles if register_tile else []:
