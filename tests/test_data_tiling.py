@@ -199,16 +199,26 @@ class ImageNetMaps(nn.Module):
     """1x1 convolutions on maps of 2^a x 7^2 pixels, as ImageNet networks have them, and on one of
     20x20 (a multiple of neither 7 nor 48): 64 -> 256 channels at 28x28 (784 rows: 14 workgroups of
     56) and 20x20 (400), MobileNetV2's 192 -> 32 at 28x28, 576 -> 96 at 14x14 (196 rows: 7 of 28),
-    960 -> 160 at 7x7 (49 rows, one workgroup) and 96 -> 24 at 56x56, and 192 -> 32 at 20x20."""
+    960 -> 160 at 7x7 (49 rows, one workgroup) and 96 -> 24 at 56x56, and 192 -> 32 at 20x20; and
+    ResNet-50's 256 -> 1024 at 14x14, whose weight is read as panels."""
 
-    SHAPES = ((64, 256, 28), (64, 256, 20), (192, 32, 28), (576, 96, 14), (960, 160, 7), (96, 24, 56), (192, 32, 20))
+    SHAPES = (
+        (64, 256, 28),
+        (64, 256, 20),
+        (192, 32, 28),
+        (576, 96, 14),
+        (960, 160, 7),
+        (96, 24, 56),
+        (192, 32, 20),
+        (256, 1024, 14),
+    )
 
     def __init__(self) -> None:
         super().__init__()
         self.convolutions = nn.ModuleList(nn.Conv2d(cin, cout, 1) for cin, cout, _ in self.SHAPES)
 
-    def forward(self, a, b, c, d, e, f, g):  # one map per convolution
-        maps, outputs = [a, b, c, d, e, f, g], []
+    def forward(self, a, b, c, d, e, f, g, h):  # one map per convolution
+        maps, outputs = [a, b, c, d, e, f, g, h], []
         for index, conv in enumerate(self.convolutions):
             outputs.append(torch.relu(conv(maps[index])))
         return outputs
@@ -250,6 +260,11 @@ def test_workgroups_divide_imagenet_maps_and_avx512_tiles_take_7_rows_there(
         assert len(lines) == 1, (rows, weight, configurations)
         assert f"distribution = [{workgroup}, 64, 0]" in lines[0], (rows, weight, lines[0])
         assert f"vector_common_parallel = [{tile[0]}, {tile[1]}, 0]" in lines[0], (rows, weight, lines[0])
+    # The panels' loops are (M, N / 16, 16, K): 196 rows in workgroups of 28 with AVX-512's 4-row tile.
+    panels = _panel_lines(configurations, "256x1024xf32")
+    workgroup, tile = ("[28, 4, 16, 0]", "[4, 4, 16, 0]") if avx512 else ("[48, 4, 16, 0]", "[6, 1, 16, 0]")
+    assert len(panels) == 1 and f"distribution = {workgroup}" in panels[0], panels
+    assert f"vector_common_parallel = {tile}" in panels[0], panels
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "maps.dycl"))
     with torch.no_grad():
         wants = model(*examples)
