@@ -175,6 +175,15 @@ def control_copy(bundle: Path, folder: Path) -> tuple[object, Path]:
     return dycl_iree.load(str(copy), device="local-sync", host="compiled"), copy
 
 
+def add_control(built: dict[str, dict], folder: Path) -> None:
+    """Add the control (`CONTROL`) to `export_variants`' `built`, where the baseline built: its
+    bundle copied to `folder` and loaded again, with no compile times (it is not compiled again)."""
+    if "run" not in built.get(BASELINE, {}):
+        return
+    run, copy = control_copy(built[BASELINE]["path"], folder)
+    built[CONTROL] = {**built[BASELINE], "run": run, "path": copy, "compile_wall": None, "compile_cpu": None}
+
+
 def realistic_model(model_name: str) -> tuple:
     """`models/imagenet.py`'s model `model_name`, or the zoo's of that name: (model, example, dynamic
     shapes, samples, the model's outputs on the samples)."""
@@ -242,10 +251,7 @@ def main(model_names: list[str], variants: dict[str, list[str]], rounds: int, cp
         with tempfile.TemporaryDirectory(prefix="dycl-compile-flags-") as folder:
             with exporting_for(cpu):
                 built = export_variants(model, example, dynamic_shapes, variants, Path(folder))
-            if "run" in built.get(BASELINE, {}):  # not compiled again: no compile times
-                run, copy = control_copy(built[BASELINE]["path"], Path(folder))
-                built[CONTROL] = {**built[BASELINE], "run": run, "path": copy}
-                built[CONTROL].update(compile_wall=None, compile_cpu=None)
+            add_control(built, Path(folder))
             runs = {name: item["run"] for name, item in built.items() if "run" in item}
             exact = Float64Reference(model)
             errors = {name: check(run, samples, expected, exact) for name, run in runs.items()}

@@ -52,13 +52,13 @@ def test_variants_are_the_exported_module_with_their_flags(script, tmp_path):
         compiling.target_flags("llvm-cpu") + named,
     ]
     # The control: the baseline's vmfb, byte for byte, from files of its own, loaded and right.
-    run, copy = script.control_copy(built[script.BASELINE]["path"], tmp_path)
-    vmfbs = [path / "llvm-cpu.vmfb" for path in (built[script.BASELINE]["path"], copy)]
+    script.add_control(built, tmp_path)
+    control, baseline = built[script.CONTROL], built[script.BASELINE]
+    vmfbs = [item["path"] / "llvm-cpu.vmfb" for item in (baseline, control)]
     assert vmfbs[0] != vmfbs[1] and vmfbs[0].read_bytes() == vmfbs[1].read_bytes()
-    assert run is not built[script.BASELINE]["run"]
-    worst, reason = script.check(run, [example], expected, Float64Reference(model))
+    assert control["run"] is not baseline["run"] and control["compile_wall"] is None
+    worst, reason = script.check(control["run"], [example], expected, Float64Reference(model))
     assert reason is None and worst < 1e-4, (reason, worst)
-    built[script.CONTROL] = {"run": run}
     times = script.time_alternating({name: item["run"] for name, item in built.items()}, example, rounds=2)
     assert {name: len(series) for name, series in times.items()} == {name: 2 for name in built}
 
