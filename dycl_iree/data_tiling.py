@@ -111,7 +111,8 @@ REDUCTION_STEP = 8  # the depth (K) of one step of the register tile's reduction
 # shapes with a ReLU): 49x960 by 960x160 0.130-0.153 -> 0.119, 196x576 by 576x96 0.149-0.156 ->
 # 0.140-0.142, 784x192 by 192x32 0.071-0.076 -> 0.068, 3136x96 by 96x24 (7 x 16) 0.177-0.183 ->
 # 0.151-0.153, 12544x16 by 16x96 0.691-0.707 -> 0.644-0.701; MobileNetV2 0.971 and 0.957 the time
-# (alternating processes, 10 pairs each), ResNet-50 (no such matmul) 1.007 and 0.992.
+# (alternating processes, 10 pairs each), ResNet-50 (no such matmul) 1.007 and 0.992, the early-exit
+# ResNet-50 0.996 and 1.001.
 WIDE_REGISTER_TILES = ((4, 64), (7, 32), (6, 32), (7, 16))
 # The columns (N) of a workgroup of a register-tiled matmul: 32 was 0.87-1.10x as fast on ResNet-50's
 # 1x1 shapes, 128 and 256 0.81-1.01x, and iree-compile rejects them with blocked reductions ("large
