@@ -49,7 +49,8 @@ a weight of 2^19 elements or more whose sides are powers of two always matches, 
 With AVX-512 (32 vector registers of 16 floats) the same rule holds with wider register tiles:
 4 rows x 64 columns for matmuls whose columns are a multiple of 64, 6 x 32 for the other multiples
 of 32, 6 x 16 for the rest, and 7 rows in place of 6 where 7 divides the rows and a workgroup
-(`WIDE_REGISTER_TILES`, `DIVIDING_WORKGROUP_ROWS`). That rule replaced AVX-512's own, which
+(`WIDE_REGISTER_TILES`, `DIVIDING_WORKGROUP_ROWS`), and deep reductions over panels run in blocks
+that stay in L1 (`panel_blocks`). That rule replaced AVX-512's own, which
 data-tiled the matmuls of at most 196 rows and a weight of 2^19 elements or more (the numbers
 above, measured on an AMD Zen 4) and left the rest, and the convolutions, to IREE: on an Intel
 Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512`, CPU time, 9
@@ -175,6 +176,24 @@ DYNAMIC_ROWS = True
 # measured: a workgroup's panels stay in L2 whole (196x1152 by 1152x256 from im2col 49.0 -> 64.9
 # GFLOP/s without blocks, 196x1024 by 1024x512 70.4 -> 76.5; none slower beyond the noise).
 PANELS_BLOCKED_FROM = 0
+# With AVX-512 (the wide tiles) a reduction over panels runs in blocks of WIDE_PANEL_DEPTH from the
+# depth given here, by how many workgroups take the rows: with one (at most 96 rows) from 256, with
+# several from 1024. A block's panels (32 x 64 floats, 8 KiB) then stay in L1 while the workgroup's
+# register tiles pass over them; whole, each tile streams the workgroup's panels (64 KiB from a
+# depth of 256) from L2 again. IREE's profile of ResNet-50 (AVX-512, one thread, best of 2 runs, ms),
+# blocks of 32 for every depth from 256: Winograd's 16 x 16x512 by 512x512 (layer4) 3.83 -> 2.89,
+# 49x4608 by 4608x512 (layer4's stride-2 3x3 as im2col) 2.29 -> 1.73, 16 x 49x256 by 256x256
+# (layer3) 4.62 -> 4.24, 49x2048 by 2048x512 1.85 -> 1.50, 196x2304 by 2304x256 1.89 -> 1.59,
+# 196x1024 by 1024x512 1.60 -> 1.41; but 196x256 by 256x1024 3.58 -> 4.06 and 784x512 by 512x256
+# 1.27 -> 1.34, hence 1024 with several workgroups. Whole models with this rule, as alternating
+# processes of `iree-benchmark-module` (median ratio of 6-8 pairs): ResNet-50 0.953, ResNet-18
+# 0.922, MobileNetV2 0.997, the early-exit ResNet-50 0.964 on a sample that runs every stage and
+# 1.004, 1.000, 0.998 on those that leave at the first three exits (which run no layer4). Blocks of
+# 32 for every depth from 256: ResNet-50 0.957 and 0.960; of 64: 0.970 and 0.976; of 16: 1.022;
+# blocks for the register tiles that read weights as stored too (from 128 or 256): MobileNetV2
+# 1.017-1.030. With AVX2 (6 x 16 tiles) the reductions stay whole (PANELS_BLOCKED_FROM).
+WIDE_PANELS_BLOCKED_FROM = {"one workgroup": 256, "several workgroups": 1024}
+WIDE_PANEL_DEPTH = 32
 
 
 def reads_panels(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> bool:
@@ -301,7 +320,7 @@ def spec_text(
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
         panel_tile = WIDE_REGISTER_TILES[0] if wide and WIDE_REGISTER_TILES else REGISTER_TILE
-        panel_matchers, panel_pairs, actions = _panel_rules(panel_tile)
+        panel_matchers, panel_pairs, actions = _panel_rules(panel_tile, wide)
         matchers += panel_matchers
         pairs += panel_pairs
     # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own (a tile of one
@@ -366,13 +385,31 @@ def panel_info(rows: int, depth: int = 0, tile: tuple[int, int] = REGISTER_TILE,
     )
 
 
-def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+def panel_blocks(rows: tuple[int, int | None], workgroup: int, wide: bool = False) -> list[tuple[int, int]]:
+    """(least depth, block depth) of the reductions over panels that run in cache blocks, for the
+    matmuls of a row range `rows` (`REGISTER_TILE_ROWS`) whose workgroups take `workgroup` rows:
+    with the wide tiles (`wide`: AVX-512) WIDE_PANELS_BLOCKED_FROM by whether one workgroup takes
+    every row, otherwise PANELS_BLOCKED_FROM; none where that is 0.
+
+    >>> panel_blocks((16, 96), 96, wide=True), panel_blocks((97, None), 28, wide=True)
+    ([(256, 32)], [(1024, 32)])
+    >>> panel_blocks((97, None), 48)
+    []
+    """
+    if not wide:
+        return [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
+    several = rows[0] is None or rows[0] > workgroup
+    least = WIDE_PANELS_BLOCKED_FROM["several workgroups" if several else "one workgroup"]
+    return [(least, WIDE_PANEL_DEPTH)] if least else []
+
+
+def _panel_rules(tile: tuple[int, int], wide: bool = False) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """The matchers of the matmuls `reads_panels` picks (one per column count while the weight's bound
     asks more depth of it than the register tile's least, as the spec compares sizes but cannot
     multiply them; then one for every multiple of the workgroup's columns from there), their pairs,
-    and the actions that pack their weights and give them the register `tile`."""
+    and the actions that pack their weights and give them the register `tile` (and, `wide`, the
+    cache blocks of `panel_blocks`)."""
     matchers, pairs, actions = [], [], []
-    depths = [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
     ops = {"linalg.matmul": PANELS_MIN_WEIGHT_LOG2, "linalg.batch_matmul": BATCH_PANELS_MIN_WEIGHT_LOG2}
     for op, least_log2 in ops.items():
         if not least_log2:
@@ -383,7 +420,7 @@ def _panel_rules(tile: tuple[int, int]) -> tuple[list[tuple[str, str]], list[str
         order = [*lead, *(batch_dims + index for index in (0, 1, 3, 2))]  # K last
         packed_sizes = [0] * batch_dims + [0, PANEL, 0]
         for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
-            for min_depth, depth in [*depths, (REGISTER_TILE_MIN_SIZE, 0)]:
+            for min_depth, depth in [*panel_blocks(rows, workgroup, wide), (REGISTER_TILE_MIN_SIZE, 0)]:
                 action = f"@panels_{op.split('.')[1]}_{rows[0]}" + (f"_m{rows_multiple}" if rows_multiple else "")
                 action += f"_k{min_depth}" if depth else ""
                 step = REGISTER_TILE_WORKGROUP_COLUMNS

@@ -272,6 +272,66 @@ def test_workgroups_divide_imagenet_maps_and_avx512_tiles_take_7_rows_there(
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
+class PanelDepths(nn.Module):
+    """Matmuls that read their weights as panels, at ResNet-50's shapes: 256 -> 1024 and 1024 -> 256
+    channels at 14x14 (196 rows: several workgroups), 512 -> 2048 and 128 -> 1024 at 7x7 (49 rows:
+    one workgroup), and a 3x3 convolution of 256 channels at 14x14, Winograd's batch matmul of 49
+    rows per tile position (16 x 49x256 by 256x256)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(256, 1024, 1)
+        self.reduce = nn.Conv2d(1024, 256, 1)
+        self.wide = nn.Conv2d(512, 2048, 1)
+        self.shallow = nn.Conv2d(128, 1024, 1)
+        self.spatial = nn.Conv2d(256, 256, 3, padding=1)
+
+    def forward(self, x, y, z):
+        return (
+            torch.relu(self.reduce(torch.relu(self.expand(x)))),
+            torch.relu(self.wide(y)),
+            torch.relu(self.shallow(z)),
+            torch.relu(self.spatial(x)),
+        )
+
+
+# Per weight of PanelDepths (its panels as the contraction reads them): the reduction's cache
+# blocks with AVX-512 (None: whole).
+PANEL_DEPTH_BLOCKS = {
+    "tensor<64x256x16xf32>": None,  # 196 rows, several workgroups, depth 256 (< 1024)
+    "tensor<16x1024x16xf32>": "[0, 0, 0, 32]",  # 196 rows, depth 1024
+    "tensor<128x512x16xf32>": "[0, 0, 0, 32]",  # 49 rows, one workgroup, depth 512 (>= 256)
+    "tensor<64x128x16xf32>": None,  # 49 rows, depth 128
+    "tensor<16x16x256x16xf32>": "[0, 0, 0, 0, 32]",  # Winograd's: 49 rows, depth 256
+}
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_avx512_reduces_deep_panels_in_blocks_that_stay_in_l1(avx512: bool, tmp_path: Path, monkeypatch) -> None:
+    """With AVX-512 a reduction over panels runs in blocks of 32 from a depth of 256 where one
+    workgroup takes every row, from 1024 where several do (`data_tiling.panel_blocks`); with AVX2
+    every one is whole."""
+    _set_cpu(monkeypatch, avx512, True)
+    torch.manual_seed(0)
+    model = PanelDepths().eval()
+    examples = (torch.randn(1, 256, 14, 14), torch.randn(1, 512, 7, 7), torch.randn(1, 128, 7, 7))
+    configurations = _compiled(model, examples, "executable-configurations")
+    for panels, blocks in PANEL_DEPTH_BLOCKS.items():
+        lines = [line for line in configurations.splitlines() if "linalg.generic" in line and panels in line]
+        assert len(lines) == 1, (panels, configurations)
+        if avx512 and blocks:
+            assert f"cache_reduction = {blocks}" in lines[0], (panels, lines[0])
+        else:
+            assert "cache_reduction" not in lines[0], (panels, lines[0])
+    if not avx512:  # the AVX2 spec's models are checked against PyTorch by the tests above
+        return
+    run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "depths.dycl"))
+    with torch.no_grad():
+        wants = model(*examples)
+    for got, want in zip(run(*[example.numpy() for example in examples]), wants):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
 class LateConvolutions(nn.Module):
     """Convolutions whose matmuls read their weights as panels with AVX2: 256 -> 1024 channels at
     14x14 (196 rows), 512 -> 2048 at 7x7 then 2048 -> 512 with a residual (49 rows), and a 3x3
