@@ -398,8 +398,7 @@ def panel_blocks(rows: tuple[int, int | None], workgroup: int, wide: bool = Fals
     """
     if not wide:
         return [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
-    several = rows[0] is None or rows[0] > workgroup
-    least = WIDE_PANELS_BLOCKED_FROM["several workgroups" if several else "one workgroup"]
+    least = WIDE_PANELS_BLOCKED_FROM["several workgroups" if rows[0] > workgroup else "one workgroup"]
     return [(least, WIDE_PANEL_DEPTH)] if least else []
 
 
