@@ -323,7 +323,7 @@ def test_avx512_reduces_deep_panels_in_blocks_that_stay_in_l1(avx512: bool, tmp_
             assert f"cache_reduction = {blocks}" in lines[0], (panels, lines[0])
         else:
             assert "cache_reduction" not in lines[0], (panels, lines[0])
-    if not avx512:  # the AVX2 spec's models are checked against PyTorch by the tests above
+    if not avx512:  # the AVX2 spec is checked against PyTorch by test_an_avx2_model_matches_pytorch
         return
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "depths.dycl"))
     with torch.no_grad():
