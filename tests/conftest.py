@@ -87,6 +87,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+def as_numpy(inputs: tuple) -> tuple:
+    """A sample's inputs as the host runtime takes them (it never imports torch)."""
+    return tuple(value.numpy() if hasattr(value, "numpy") else value for value in inputs)
+
+
 def flatten(outputs: Any) -> list:
     if isinstance(outputs, (tuple, list)):
         return [leaf for item in outputs for leaf in flatten(item)]

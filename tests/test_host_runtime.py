@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from host_runtime.invoke import element_type_of, scalar_reader, to_numpy, to_scalar, upload
+from tests.conftest import as_numpy
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +102,6 @@ def test_the_compiled_host_passes_and_reads_scalars_as_0d_tensors(exported):
 # -- inputs staged in buffers reused every call (host_runtime/staging.py) ------------------------------
 
 
-def _as_numpy(inputs: tuple) -> tuple:
-    return tuple(value.numpy() if hasattr(value, "numpy") else value for value in inputs)
-
-
 @pytest.mark.parametrize(
     "name, host, staged",
     [
@@ -127,8 +124,8 @@ def test_static_inputs_are_staged_and_match_pytorch(exported, name, host, staged
     general._call_staged = None
     for inputs in item.samples():
         expected = item.reference(*inputs)
-        assert_matches(run(*_as_numpy(inputs)), expected, f"{name} staged")
-        assert_matches(general(*_as_numpy(inputs)), expected, f"{name} general")
+        assert_matches(run(*as_numpy(inputs)), expected, f"{name} staged")
+        assert_matches(general(*as_numpy(inputs)), expected, f"{name} general")
 
 
 @pytest.mark.parametrize("host", ["compiled", "python"])
@@ -142,8 +139,8 @@ def test_staged_results_are_copies_and_bad_input_gets_the_same_errors(exported, 
     item = exported("early_exit")
     run = host_runtime.load(item.path, host=host)
     samples = item.samples()
-    first = run(*_as_numpy(samples[0]))
-    run(*_as_numpy(samples[-1]))
+    first = run(*as_numpy(samples[0]))
+    run(*as_numpy(samples[-1]))
     assert_matches(first, item.reference(*samples[0]), "first result after a second call")
     x = samples[0][0].numpy()
     with pytest.raises(InputError, match="dtype float32"):
@@ -169,7 +166,7 @@ def test_calls_from_several_threads_get_their_own_results(exported, host):
 
     item = exported("early_exit")
     run = host_runtime.load(item.path, host=host)
-    samples = [_as_numpy(inputs) for inputs in item.samples()]
+    samples = [as_numpy(inputs) for inputs in item.samples()]
     expected = [flatten(run(*inputs)) for inputs in samples]
 
     def same(outputs: tuple, which: int) -> bool:
@@ -204,7 +201,7 @@ def test_the_staged_call_is_straight_line_code_and_counts_decisions(exported):
     from tests.conftest import assert_matches
 
     item = exported("early_exit")
-    samples = [_as_numpy(inputs) for inputs in item.samples()]
+    samples = [as_numpy(inputs) for inputs in item.samples()]
     compiled = host_runtime.load(item.path, host="compiled")
     source = compiled._call_staged.source
     assert "for " not in source and source.count("array0[...] = ") == 2
@@ -242,4 +239,4 @@ def test_only_small_static_segment_results_are_kept_between_calls(exported, monk
     run = host_runtime.load(item.path, host="python")
     assert run._call_staged is not None
     for inputs in item.samples():
-        assert_matches(run(*_as_numpy(inputs)), item.reference(*inputs), "no results list kept")
+        assert_matches(run(*as_numpy(inputs)), item.reference(*inputs), "no results list kept")
