@@ -48,6 +48,7 @@ from typing import Any, Sequence
 from host_runtime.bundle_format import MAIN_ABI, check_file, check_main_abi, read_manifest, select_cpu_target
 from host_runtime.errors import BundleError, DyclError
 from host_runtime.output_tree import describe_tree, leaf_labels
+from host_runtime.runner import reuses_buffers
 
 _C_TYPES = {
     "float32": "float",
@@ -141,6 +142,8 @@ class CBundle:
     random_state: bool = False
     # Inputs exported as None, which the function does not take: (name, declared type).
     none_inputs: tuple[tuple[str, str], ...] = ()
+    # The C runtime caches transient buffers by default (`host_runtime.runner.reuses_buffers`).
+    reuse_buffers: bool = False
 
 
 def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None = None,
@@ -184,8 +187,9 @@ def describe_bundle(path: str | Path, name: str | None = None, cpu: str | None =
     structure = describe_tree(tree, [value.name for value in outputs])
     flagged = any(value.label.endswith("_has_value") for value in outputs)
     model, module_name = manifest["model"], manifest["module_name"]
+    reuse = reuses_buffers(manifest, "local-sync")
     return CBundle(
-        name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state, none_inputs
+        name, model, module_name, target, vmfb, inputs, outputs, structure, flagged, random_state, none_inputs, reuse
     )
 
 
@@ -434,7 +438,7 @@ def implementation(bundle: CBundle) -> str:
         *_spec_table(bundle, bundle.outputs, "outputs"),
         f"const dycl_signature_t {name}_signature = {{",
         f'    "{bundle.model}", "{bundle.module_name}", {len(bundle.inputs)}, {name}_inputs, '
-        f"{len(bundle.outputs)}, {name}_outputs, {MAIN_ABI},",
+        f"{len(bundle.outputs)}, {name}_outputs, {MAIN_ABI}, {'true' if bundle.reuse_buffers else 'false'},",
         "};",
         "",
         f"// The vmfb, embedded by iree-c-embed-data (dycl_add_bundle runs it); define {name.upper()}_NO_EMBEDDED_VMFB",

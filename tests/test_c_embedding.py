@@ -281,6 +281,33 @@ def test_typed_scalars_in_and_out(typed_api, c_bundles, tmp_path: Path) -> None:
         _assert_matches_pytorch(item, index, leaves, f"scalar_inputs sample {index}")
 
 
+def test_typed_model_reuses_buffers_as_its_signature_says(typed_api, c_bundles, tmp_path: Path) -> None:
+    """scalar_inputs' shapes are static, so its signature asks for buffer reuse: after the first call
+    its device allocates (nearly) nothing, where without reuse every call allocates its transient
+    buffers anew; the results are the same either way. The dynamic decoder's signature does not ask."""
+    item = c_bundles("scalar_inputs")
+    x, n, scale, flag = item.samples[0]
+    (path,) = app_arguments((x,), tmp_path / "sample0")
+    text = _typed(typed_api, "reuse", path, n, scale, int(flag))
+    allocated = {line.split()[1]: int(line.split()[2]) for line in text.splitlines() if line.startswith("reuse ")}
+    assert set(allocated) == {"never", "always", "as-signature"}, text
+    assert allocated["never"] > 0, text
+    assert allocated["always"] < allocated["never"] / 4 and allocated["as-signature"] == allocated["always"], text
+    chunks = text.split("reuse ")[1:]
+    for chunk in chunks:
+        leaves, _ = parse_outputs("\n".join(chunk.splitlines()[1:]))
+        _assert_matches_pytorch(item, 0, leaves, f"scalar_inputs, reuse {chunk.split()[0]}")
+
+
+def test_generated_signature_asks_for_buffer_reuse_only_for_static_bundles(c_bundles) -> None:
+    from dycl_iree.emit_c import describe_bundle, implementation
+
+    for name, reuse in (("scalar_inputs", True), ("early_exit", True), ("greedy_decoder", False)):
+        bundle = describe_bundle(c_bundles(name).path)
+        assert bundle.reuse_buffers is reuse, name
+        assert f", {'true' if reuse else 'false'},\n}};" in implementation(bundle), name
+
+
 class GreedyDecoder(torch.nn.Module):
     """Named like the program's decoder, so its vmfb's module is `dycl_greedydecoder` too, with another `main`."""
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "iree/hal/utils/caching_allocator.h"
 #include "iree/modules/hal/types.h"
 
 struct dycl_model_t {
@@ -299,6 +300,31 @@ static iree_status_t dycl_check_calling_convention(const dycl_model_t* model) {
   return iree_ok_status();
 }
 
+// Whether a device the model creates from |options| caches the buffers calls free (dycl_buffer_reuse_t).
+static bool dycl_reuses_buffers(const dycl_model_options_t* options, const dycl_signature_t* signature) {
+  iree_string_view_t driver = iree_string_view_empty(), rest = iree_string_view_empty();
+  iree_string_view_split(options->device_uri, ':', &driver, &rest);
+  if (!iree_string_view_equal(driver, IREE_SV("local-sync")) && !iree_string_view_equal(driver, IREE_SV("local-task"))) {
+    return false;
+  }
+  if (options->reuse_buffers == DYCL_BUFFER_REUSE_AS_SIGNATURE) return signature->reuse_buffers;
+  return options->reuse_buffers == DYCL_BUFFER_REUSE_ALWAYS;
+}
+
+// Puts IREE's caching allocator over |device|'s own, before anything is allocated from it. A cached
+// buffer returns to the caching allocator through a pointer that does not hold it, so every buffer
+// must be released before the device: dycl_model_release releases its lists and session first. The
+// pools are those of the Python runtime (`host_runtime.runner._BUFFER_CACHE`).
+static iree_status_t dycl_use_buffer_cache(iree_hal_device_t* device, iree_allocator_t host_allocator) {
+  iree_hal_allocator_t* caching = NULL;
+  IREE_RETURN_IF_ERROR(iree_hal_caching_allocator_create_from_spec(IREE_SV("*=*;256mib;64"),
+                                                                   iree_hal_device_allocator(device),
+                                                                   host_allocator, &caching));
+  iree_hal_device_replace_allocator(device, caching);
+  iree_hal_allocator_release(caching);
+  return iree_ok_status();
+}
+
 // Creates everything up to an empty session; the caller appends the module.
 static iree_status_t dycl_model_allocate(const dycl_model_options_t* options, const dycl_signature_t* signature,
                                          dycl_model_t** out_model) {
@@ -334,6 +360,9 @@ static iree_status_t dycl_model_allocate(const dycl_model_options_t* options, co
       iree_hal_device_retain(model->device);
     } else {
       status = iree_runtime_instance_try_create_default_device(model->instance, options->device_uri, &model->device);
+      if (iree_status_is_ok(status) && dycl_reuses_buffers(options, signature)) {
+        status = dycl_use_buffer_cache(model->device, options->host_allocator);
+      }
       if (!iree_status_is_ok(status)) {
         status = iree_status_annotate_f(status, "creating device '%.*s'", (int)options->device_uri.size,
                                         options->device_uri.data);

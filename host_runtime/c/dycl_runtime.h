@@ -106,6 +106,9 @@ typedef struct dycl_signature_t {
   iree_host_size_t output_count;
   const dycl_value_spec_t* outputs;
   int main_abi;  // the calling convention the signature was generated for: DYCL_MAIN_ABI
+  // Whether a model on a CPU driver reuses its transient buffers by default (dycl_buffer_reuse_t):
+  // true when the bundle's shapes are all static, so every call asks the same sizes.
+  bool reuse_buffers;
 } dycl_signature_t;
 
 // A tensor passed in or returned. Elements are dense, row-major (C order).
@@ -138,6 +141,16 @@ dycl_value_t dycl_value_int(int64_t value);
 dycl_value_t dycl_value_float(float value);
 dycl_value_t dycl_value_bool(bool value);
 
+// Whether a model's device caches the buffers a call frees for later calls of the same sizes (IREE's
+// caching allocator: at most 64 free buffers and 256 MiB), where IREE's CPU drivers would allocate
+// and zero every call's transient buffers anew. Only for a device the model creates on
+// "local-sync" or "local-task"; a shared device (|device| in the options) keeps its allocator.
+typedef enum dycl_buffer_reuse_e {
+  DYCL_BUFFER_REUSE_AS_SIGNATURE = 0,  // the signature's |reuse_buffers| (the default)
+  DYCL_BUFFER_REUSE_NEVER = 1,
+  DYCL_BUFFER_REUSE_ALWAYS = 2,
+} dycl_buffer_reuse_t;
+
 typedef struct dycl_model_options_t {
   // The IREE device to run on: "local-sync" (default: runs on the calling thread), "local-task"
   // (a worker pool), "vulkan" (when the runtime was built with DYCL_ENABLE_VULKAN).
@@ -149,9 +162,12 @@ typedef struct dycl_model_options_t {
   iree_hal_device_t* device;
   // Allocator for the model and its IREE objects.
   iree_allocator_t host_allocator;
+  // Whether the device the model creates reuses transient buffers between calls.
+  dycl_buffer_reuse_t reuse_buffers;
 } dycl_model_options_t;
 
-// Sets |out_options| to the defaults: local-sync, a new instance and device, the system allocator.
+// Sets |out_options| to the defaults: local-sync, a new instance and device, the system allocator,
+// transient buffers reused as the signature says.
 void dycl_model_options_initialize(dycl_model_options_t* out_options);
 
 // A loaded bundle, ready to be called.

@@ -9,6 +9,9 @@
 //   typed_api old-signature                 the embedded greedy_decoder with its signature marked main_abi 1
 //   typed_api threads X.npy CALLS           two dynamic_batch models sharing one instance and device,
 //                                           called from two threads at once; prints mismatches
+//   typed_api reuse X.npy N SCALE FLAG      scalar_inputs_run 6 times on a model of each buffer reuse
+//                                           option; prints the bytes its device allocated after the
+//                                           first call and the last call's outputs
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -88,6 +91,43 @@ static iree_status_t scalars(const char* path, int64_t n, float scale, bool flag
     printf("output1 int %" PRId64 "\noutput2 float %.9g\noutput3 bool %d\n", count, value, truth ? 1 : 0);
   }
   dycl_model_release(model);
+  npy_array_free(&x);
+  return status;
+}
+
+static iree_status_t reuse(const char* path, int64_t n, float scale, bool flag) {
+  npy_array_t x;
+  IREE_RETURN_IF_ERROR(npy_read(path, &x));
+  static const struct {
+    const char* name;
+    dycl_buffer_reuse_t option;
+  } options[] = {{"never", DYCL_BUFFER_REUSE_NEVER},
+                 {"always", DYCL_BUFFER_REUSE_ALWAYS},
+                 {"as-signature", DYCL_BUFFER_REUSE_AS_SIGNATURE}};
+  iree_status_t status = iree_ok_status();
+  for (size_t i = 0; i < sizeof(options) / sizeof(options[0]) && iree_status_is_ok(status); ++i) {
+    dycl_model_options_t model_options;
+    dycl_model_options_initialize(&model_options);
+    model_options.reuse_buffers = options[i].option;
+    dycl_model_t* model = NULL;
+    status = scalar_inputs_create(&model_options, &model);
+    float y[SCALAR_INPUTS_OUTPUT0_ELEMENTS];
+    int64_t count = 0;
+    float value = 0.0f;
+    bool truth = false;
+    iree_hal_allocator_statistics_t first = {0}, last = {0};
+    for (int call = 0; call < 6 && iree_status_is_ok(status); ++call) {
+      status = scalar_inputs_run(model, x.data, n, scale, flag, y, &count, &value, &truth);
+      iree_hal_allocator_query_statistics(iree_hal_device_allocator(dycl_model_device(model)), call ? &last : &first);
+    }
+    if (iree_status_is_ok(status)) {
+      printf("reuse %s %" PRIu64 "\n", options[i].name,
+             (uint64_t)(last.device_bytes_allocated - first.device_bytes_allocated));
+      print_floats("output0", y, 2, (const int64_t[]){2, 3});
+      printf("output1 int %" PRId64 "\noutput2 float %.9g\noutput3 bool %d\n", count, value, truth ? 1 : 0);
+    }
+    dycl_model_release(model);
+  }
   npy_array_free(&x);
   return status;
 }
@@ -190,6 +230,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(name, "scalars") == 0 && argc == 6) {
     iree_status_ignore(status);
     status = scalars(argv[2], strtoll(argv[3], NULL, 10), strtof(argv[4], NULL), strcmp(argv[5], "1") == 0);
+  } else if (strcmp(name, "reuse") == 0 && argc == 6) {
+    iree_status_ignore(status);
+    status = reuse(argv[2], strtoll(argv[3], NULL, 10), strtof(argv[4], NULL), strcmp(argv[5], "1") == 0);
   } else if (strcmp(name, "mismatch") == 0 && argc == 3) {
     iree_status_ignore(status);
     status = mismatch(argv[2]);
