@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,16 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
         return cache[name]
 
     return get
+
+
+def benchmark_script(name: str) -> Any:
+    """`benchmarks/NAME.py` loaded as a module (the folder is scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def as_numpy(inputs: tuple) -> tuple:

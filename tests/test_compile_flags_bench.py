@@ -7,10 +7,7 @@ the benchmark's rule), that the AVX2 mode restores what it patches, and that the
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,17 +16,12 @@ from dycl_iree import compile as compiling
 from dycl_iree import cpu_features, data_tiling
 from dycl_iree.bench.outputs import Float64Reference
 from models.imagenet import resnet18
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_flags.py"
+from tests.conftest import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("compile_flags_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("compile_flags")
 
 
 def test_variants_are_the_exported_module_with_their_flags(script, tmp_path):

@@ -3,24 +3,15 @@ every kernel is named and timed, and the report sets the two sides next to each 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from models.imagenet import resnet18
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "layer_profile.py"
+from tests.conftest import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("layer_profile_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("layer_profile")
 
 
 def test_dispatch_names_give_their_kind(script):
