@@ -75,20 +75,25 @@ def iree_kernels(bundle: Path, sample: Path, calls: int, work: Path) -> dict[str
         "--device_profiling_mode=host-execution",
         f"--device_profiling_output={profile}",
     ]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    rows = subprocess.run(
-        [_tool("iree-profile"), "statistics", "--format=jsonl", str(profile)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    kernels: dict[str, float] = {}
+    _run(command)
+    rows = _run([_tool("iree-profile"), "statistics", "--format=jsonl", str(profile)])
+    kernels: dict[str, float] = defaultdict(float)
     for line in rows.splitlines():
         row = json.loads(line)
         if row.get("row_type") == "host_execution_function" and row.get("function_name"):
-            name = row["function_name"].split("$async_", 1)[-1]
-            kernels[name] = row["total_duration_ns"] / 1e6 / calls
-    return kernels
+            # `seg0$async_dispatch_5_matmul_...`: a bundle of several segments numbers each one's
+            # dispatches from 0, so the segment stays in the name.
+            name = row["function_name"].replace("$async_", "/")
+            kernels[name] += row["total_duration_ns"] / 1e6 / calls
+    return dict(kernels)
+
+
+def _run(command: list[str]) -> str:
+    """A tool's standard output; its failure ends the script with the command and the tool's own words."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
+    return done.stdout
 
 
 def onnx_session(model: torch.nn.Module, example: torch.Tensor, work: Path, profile: bool):
@@ -145,9 +150,9 @@ def wall_times(runner, session, example: torch.Tensor, calls: int) -> tuple[floa
 
 def dispatch_kind(name: str) -> str:
     """The kind IREE names a dispatch by: the words after its number, up to its shape or element types
-    (`dispatch_12_matmul_like_16x49x16x16x256_f32` -> `matmul_like`, `dispatch_4_slow_memcpy` ->
-    `slow_memcpy`); a function that is no dispatch keeps its name."""
-    words = name.split("_")
+    (`seg0/dispatch_12_matmul_like_16x49x16x16x256_f32` -> `matmul_like`, `dispatch_4_slow_memcpy`
+    -> `slow_memcpy`); a function that is no dispatch keeps its name."""
+    words = name.rsplit("/", 1)[-1].split("_")
     if len(words) < 3 or words[0] != "dispatch" or not words[1].isdigit():
         return name
     kind = []
