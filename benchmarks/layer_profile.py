@@ -11,8 +11,9 @@ then:
   runner uses (`host_runtime.runner._BUFFER_CACHE`) and IREE's host-execution profiling, and reads
   each dispatch's time per call from `iree-profile statistics`;
 - runs ONNX Runtime (one intra-op thread) with its profiler on, and reads each node's kernel time;
-- times both, alternating in one process, in streaks of `--calls` calls (wall ms per call, median
-  over 9 streaks), since profiling adds its own cost to each kernel.
+- times both without profiling, as `bench` times its candidates (`bench.timing.time_rounds`: 9
+  rounds of alternating turns of `--calls` calls each; wall ms per call, the median over rounds),
+  since profiling adds its own cost to each kernel.
 
 It prints, per model, both sides' kernel time by kind (IREE's dispatch kinds: `matmul`,
 `matmul_like` for data-tiled and batch matmuls, `conv`, `elementwise`, `slow_memcpy` for copies
@@ -28,11 +29,9 @@ import argparse
 import json
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -46,10 +45,12 @@ import torch  # noqa: E402
 import dycl_iree  # noqa: E402
 import host_runtime  # noqa: E402
 from dycl_iree.bench.peers.torchscript import script  # noqa: E402
+from dycl_iree.bench.results import CandidateResult, summarize  # noqa: E402
+from dycl_iree.bench.timing import Timed, time_rounds  # noqa: E402
 from host_runtime.runner import _BUFFER_CACHE  # noqa: E402
 from models import imagenet  # noqa: E402
 
-STREAKS = 9
+ROUNDS = 9
 
 
 def _tool(name: str) -> str:
@@ -131,21 +132,18 @@ def onnx_kernels(model: torch.nn.Module, example: torch.Tensor, calls: int, work
 
 
 def wall_times(runner, session, example: torch.Tensor, calls: int) -> tuple[float, float]:
-    """Median wall ms per call of the bundle and of ONNX Runtime, alternating streaks of `calls`."""
+    """Wall ms per call of the bundle and of ONNX Runtime, timed as `bench` times candidates
+    (`bench.timing.time_rounds`: alternating turns of `calls` calls; the median over rounds)."""
     x = example.numpy()
     feed = {"input_0": x}
-    runs = {"dycl": lambda: runner(x), "onnxruntime": lambda: session.run(None, feed)}
-    times: dict[str, list[float]] = defaultdict(list)
-    for run in runs.values():
-        for _ in range(3):
-            run()
-    for streak in range(STREAKS):
-        for name in list(runs)[:: 1 if streak % 2 == 0 else -1]:
-            start = time.perf_counter()
-            for _ in range(calls):
-                runs[name]()
-            times[name].append((time.perf_counter() - start) / calls * 1e3)
-    return statistics.median(times["dycl"]), statistics.median(times["onnxruntime"])
+    timed = [
+        Timed(run=lambda _: runner(x), samples=[None], result=CandidateResult("dycl")),
+        Timed(run=lambda _: session.run(None, feed), samples=[None], result=CandidateResult("onnxruntime")),
+    ]
+    time_rounds(timed, rounds=ROUNDS, repeat=calls)
+    for item in timed:
+        summarize(item.result)
+    return timed[0].result.latency_ms, timed[1].result.latency_ms
 
 
 def dispatch_kind(name: str) -> str:
@@ -214,7 +212,7 @@ def render(name: str, profile: Profile, top: int) -> str:
     lines = [
         f"## {name}",
         "",
-        f"Wall ms per call, alternating streaks: compiled bundle {profile.iree_wall:.3f}, ONNX Runtime "
+        f"Wall ms per call, alternating turns: compiled bundle {profile.iree_wall:.3f}, ONNX Runtime "
         f"{profile.onnxruntime_wall:.3f} (ONNX Runtime / bundle {profile.onnxruntime_wall / profile.iree_wall:.3f}).",
         f"Kernel ms per call under the profilers: IREE {iree_total:.3f} in {len(profile.iree)} dispatch functions, "
         f"ONNX Runtime {ort_total:.3f} in {len(profile.onnxruntime)} nodes.",
@@ -238,7 +236,7 @@ def render(name: str, profile: Profile, top: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet50,mobilenet_v2", help="models.imagenet builders, comma-separated")
-    parser.add_argument("--calls", type=int, default=20, help="profiled calls, and calls per timed streak (default 20)")
+    parser.add_argument("--calls", type=int, default=20, help="profiled calls, and timed calls per turn (default 20)")
     parser.add_argument("--top", type=int, default=25, help="costliest kernels listed per side (default 25)")
     args = parser.parse_args()
     torch.set_num_threads(1)
