@@ -23,9 +23,11 @@ import hashlib
 import platform
 import re
 from pathlib import Path
+from typing import Any
 
-from . import cache, cpu_features, data_tiling, tap_tiles, vm_remaps
+from . import cache, cpu_features, data_tiling, packing_hoist, tap_tiles, vm_remaps
 from .errors import CompileError, DyclError
+from .progress import LOGGER
 
 # Flags per target, from ENVIRONMENT.md. "llvm-cpu" compiles for this machine's CPU;
 # "llvm-cpu:TRIPLE" cross-compiles (e.g. llvm-cpu:aarch64-linux-gnu); "cuda:sm_XX" picks the GPU
@@ -264,20 +266,25 @@ def compile_module(
     extra_flags: tuple[str, ...] = (),
     branches_as_blocks: bool = False,
     check_branches: bool = False,
+    hoist_packing: bool = False,
 ) -> bytes:
     """Compile torch-dialect MLIR bytecode for `target` (with `extra_flags` after the target's own);
     reuse a cached vmfb when there is one. With `check_branches` (a compiled host whose `main`
     branches) the new vmfb's VM code is read for overlapping register moves before it is cached
-    (`vm_remaps.check`, which raises OverlapError), so a cached one was read once, when it was made."""
+    (`vm_remaps.check`, which raises OverlapError), so a cached one was read once, when it was made.
+    With `hoist_packing` (a `main` that keeps its loops or branches as regions), the weights its
+    regions data-tile are packed once, at load (`packing_hoist`)."""
     import iree.compiler as iree_compiler
 
     flags = target_flags(target, cpu_threads, branches_as_blocks) + list(extra_flags)
+    hoist_packing = hoist_packing and data_tiling.FLAG in flags  # only data tiling packs weights
     version = getattr(iree_compiler, "__version__", "") or _compiler_version()
     key = hashlib.sha256()
     key.update(bytecode)
     key.update("\0".join(cache_key_flags(flags)).encode())
     key.update(version.encode())
     key.update(b"\0branches checked" if check_branches else b"")
+    key.update(b"\0packing hoisted" if hoist_packing else b"")
     name = f"{key.hexdigest()}.vmfb"
     use_cache = use_cache and cache.enabled()
     if use_cache:
@@ -285,7 +292,7 @@ def compile_module(
         if cached is not None:
             return cached
     try:
-        vmfb = iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags)
+        vmfb = _compile(iree_compiler, bytecode, flags, hoist_packing)
     except Exception as error:  # iree.compiler raises CompilerToolError with the tool's stderr
         hint = ""
         if target.startswith("cuda") and "missing GPU target" in str(error):
@@ -301,6 +308,23 @@ def compile_module(
     if use_cache:
         cache.write(name, vmfb)
     return vmfb
+
+
+def _compile(iree_compiler: Any, bytecode: bytes, flags: list[str], hoist_packing: bool) -> bytes:
+    """iree-compile of the module; with `hoist_packing`, in two steps around `packing_hoist.hoisted`,
+    else in one. The move only speeds the module up: where either step fails, the module is
+    compiled in one step (a warning says why), so that an error the one-step compile would not make
+    cannot cost the compiled host."""
+    if hoist_packing:
+        try:
+            stop = [f"--compile-to={packing_hoist.PHASE}", "--emit-mlir-bytecode"]
+            flow = iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags + stop)
+            flow, _ = packing_hoist.hoisted(flow)
+            return iree_compiler.compile_str(flow, extra_args=flags + [f"--compile-from={packing_hoist.PHASE}"])
+        except Exception as error:  # iree.compiler's CompilerToolError, or the MLIR bindings' errors
+            reason = _trim(str(error), 400)
+            LOGGER.warning("packing the loops' weights at load failed, compiling in one step: %s", reason)
+    return iree_compiler.compile_str(bytecode, input_type="torch", extra_args=flags)
 
 
 def _compiler_version() -> str:

@@ -81,6 +81,7 @@ MAX_ROWS = 196  # a 1x1 convolution at 14x14, batch 1
 MIN_WEIGHT_LOG2 = 19  # 2^19 float32 elements: 2 MiB, twice Zen 4's L2
 AVX2_MIN_WEIGHT_LOG2 = 18  # 1 MiB, twice Zen 3's L2
 HINT = "iree.opt.data_tiling"
+FLAG = "--iree-opt-data-tiling"
 # The register tile: per op and row range (M), the rows each workgroup takes (every row at once up
 # to 96, so that 49 rows are not 48 and a workgroup of one row; 48 from there), then 6 x 16 in
 # registers with a reduction step of 8, through IREE's own pipeline. Batch matmuls from 16 rows:
@@ -524,10 +525,10 @@ def compile_flags(preprocessing: tuple[str, ...] = (), wide: bool = False) -> li
     text = spec_text(AVX2_MAX_ROWS, AVX2_MIN_WEIGHT_LOG2, register_tile=True, wide=wide)
     path = written_spec(text)
     if not PANELS_MIN_WEIGHT_LOG2:
-        return ["--iree-opt-data-tiling", f"--iree-preprocessing-transform-spec-filename={path}"]
+        return [FLAG, f"--iree-preprocessing-transform-spec-filename={path}"]
     # The spec runs in the preprocessing pipeline, so that the unpacks it makes become reshapes after it.
     passes = [*preprocessing, f"iree-preprocessing-transform-interpreter{{transform-spec-path={path}}}", _SIMPLIFY]
-    return ["--iree-opt-data-tiling", f"{PIPELINE_FLAG}builtin.module({','.join(passes)})", PANEL_EPILOGUES]
+    return [FLAG, f"{PIPELINE_FLAG}builtin.module({','.join(passes)})", PANEL_EPILOGUES]
 
 
 PIPELINE_FLAG = "--iree-preprocessing-pass-pipeline="

@@ -137,7 +137,9 @@ def export(
     name_module(lowered, module_name)
     python_source = stage("hosts", lambda: synthesize_python(program))
     unsupported, main_text = stage("hosts", lambda: _add_compiled_host(program, lowered))
-    blocks = branches_as_blocks(main_text, largest_weights(program))
+    largest = largest_weights(program)
+    blocks = branches_as_blocks(main_text, largest)
+    packs = packs_in_regions(main_text, largest)
 
     branching = _branches(main_text)  # whose VM code `vm_remaps` checks, while the module holds `main`
 
@@ -156,6 +158,7 @@ def export(
                     extra_flags=extra,
                     branches_as_blocks=blocks,
                     check_branches=branching and unsupported is None,
+                    hoist_packing=branching and packs and not blocks and unsupported is None,
                 ),
             )
         return vmfbs
@@ -286,15 +289,38 @@ def branches_as_blocks(main_text: str, largest: dict[str, int]) -> bool:
     """
     if "torch.prim.If" not in main_text or "scf.while" in main_text or "torch.prim.Loop" in main_text:
         return False
-    depth, in_branches = 0, set()
     for line in main_text.splitlines():
         if re.search(r"torch\.prim\.If |scf\.if ", line) and "?" in line.partition("->")[2]:
             return False
+    return any(largest.get(name, 0) >= BLOCKS_MIN_WEIGHT for name in _called_in_regions(main_text))
+
+
+def packs_in_regions(main_text: str, largest: dict[str, int]) -> bool:
+    r"""Whether `main` (its MLIR text) calls a segment inside a loop or a branch that has a weight
+    large enough for data tiling (`largest`: per segment, its largest weight's elements), whose
+    packing `packing_hoist` moves to load time where `main` keeps its regions (the compile then
+    takes two steps, `compile.compile_module`).
+
+    >>> head = "func.func @main(%x: !torch.vtensor<[?,512],f32>) -> !torch.vtensor<[?,512],f32> {\n"
+    >>> loop = "  %l:2 = scf.while (%a = %x) {\n    %t3 = func.call @seg1(%a) : x\n"
+    >>> packs_in_regions(head + loop, {"seg1": 2**18}), packs_in_regions(head + loop, {"seg1": 2**18 - 1})
+    (True, False)
+    >>> packs_in_regions(head + "  %t3 = func.call @seg1(%x) : x\n", {"seg1": 2**18})
+    False
+    """
+    least = 2**data_tiling.AVX2_MIN_WEIGHT_LOG2
+    return any(largest.get(name, 0) >= least for name in _called_in_regions(main_text))
+
+
+def _called_in_regions(main_text: str) -> set[str]:
+    """The segments `main` (its MLIR text) calls inside a branch or a loop of its body."""
+    depth, called = 0, set()
+    for line in main_text.splitlines():
         call = re.search(r"func\.call @([\w$]+)\(", line)
-        if call and depth > 1:  # inside a branch of `main`'s body
-            in_branches.add(call.group(1))
+        if call and depth > 1:
+            called.add(call.group(1))
         depth += line.count("{") - line.count("}")
-    return any(largest.get(name, 0) >= BLOCKS_MIN_WEIGHT for name in in_branches)
+    return called
 
 
 def _add_compiled_host(program: Program, lowered: LoweredModule) -> tuple[str | None, str]:
