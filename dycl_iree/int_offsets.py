@@ -14,7 +14,8 @@ with examples that break them but keep the real offsets (`lower.py: _export_segm
 
 Example:
     >>> offsets = IntOffsets(program)                        # doctest: +SKIP
-    >>> offsets.between("seg10", 7, 6)                       # end = step + 1 at every call
+    >>> # end = step + 1 at every call
+    >>> offsets.between("seg10", 7, 6)                       # doctest: +SKIP
     1
 """
 

@@ -13,7 +13,7 @@ model (`export_cache`), and applies the one fallback policy of the exporter:
 
 Example:
     >>> bundle = export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))     # doctest: +SKIP
-    >>> bundle.host
+    >>> bundle.host  # doctest: +SKIP
     'compiled'
 """
 
@@ -76,7 +76,7 @@ def export(
     export is reused whole, and an unchanged module's iree-compile output.
 
     >>> bundle = export(torch.nn.Linear(4, 2), (torch.randn(1, 4),))     # doctest: +SKIP
-    >>> bundle.host
+    >>> bundle.host  # doctest: +SKIP
     'compiled'
     """
 
@@ -354,9 +354,10 @@ def compiled_host_failure(error: Exception, main_text: str) -> str:
     and line (`loop1 model.py:12`). A crash has no location; where its stack names the structured op
     it was converting (`ScfWhileOpConversion`), the constructs of that kind in `main` are named.
 
-    >>> error = CompileError("x"); error.diagnostic = "crashed with SIGSEGV in pass P: ScfWhileOpConversion"
+    >>> error = CompileError("x")
+    >>> error.diagnostic = "crashed with SIGSEGV in pass P: ScfWhileOpConversion::matchAndRewrite"
     >>> compiled_host_failure(error, 'scf.while {\\n} do {\\n} loc("loop1 m.py:3")')
-    'crashed with SIGSEGV in pass P: ScfWhileOpConversion (the scf.while of loop1 m.py:3)'
+    'crashed with SIGSEGV in pass P: ScfWhileOpConversion::matchAndRewrite (the scf.while of loop1 m.py:3)'
     """
     diagnostic = getattr(error, "diagnostic", None) or first_error_line(str(error))
     kind = crashed_on(diagnostic) if diagnostic.startswith("crashed") else None
