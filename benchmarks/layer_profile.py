@@ -4,13 +4,14 @@ profiler next to the same model's ONNX graph under ONNX Runtime's, one thread ea
     python benchmarks/layer_profile.py [--models resnet50,mobilenet_v2] [--calls 20] [--top 25]
 
 For each model of `models/imagenet.py` this exports the bundle (`dycl_iree.export`, cached like any
-export) and the ONNX graph of the frozen TorchScript module (as `bench`'s `onnxruntime` peer does),
-then:
+export) and prepares `bench`'s own `onnxruntime` candidate (the ONNX graph of the frozen
+TorchScript module, its session options at one thread), then:
 
 - runs the bundle's `main` in `iree-benchmark-module` on `local-sync` with the caching allocator the
   runner uses (`host_runtime.runner._BUFFER_CACHE`) and IREE's host-execution profiling, and reads
   each dispatch's time per call from `iree-profile statistics`;
-- runs ONNX Runtime (one intra-op thread) with its profiler on, and reads each node's kernel time;
+- runs that graph in a session with the candidate's options and ONNX Runtime's profiler on, and reads
+  each node's kernel time;
 - times both without profiling, as `bench` times its candidates (`bench.timing.time_rounds`: 9
   rounds of alternating turns of `--calls` calls each; wall ms per call, the median over rounds),
   since profiling adds its own cost to each kernel.
@@ -28,11 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +43,12 @@ import torch  # noqa: E402
 
 import dycl_iree  # noqa: E402
 import host_runtime  # noqa: E402
-from dycl_iree.bench.peers.torchscript import script  # noqa: E402
+from dycl_iree.bench.peers.base import ModelContext  # noqa: E402
+from dycl_iree.bench.peers.onnx_graph import export_onnx  # noqa: E402
+from dycl_iree.bench.peers.onnxruntime import OnnxRuntime  # noqa: E402
 from dycl_iree.bench.results import CandidateResult, summarize  # noqa: E402
 from dycl_iree.bench.timing import Timed, time_rounds  # noqa: E402
+from dycl_iree.vm_remaps import runtime_tool  # noqa: E402
 from host_runtime.runner import _BUFFER_CACHE  # noqa: E402
 from models import imagenet  # noqa: E402
 
@@ -54,12 +56,10 @@ ROUNDS = 9
 
 
 def _tool(name: str) -> str:
-    """An IREE command-line tool of this environment (beside the interpreter, else on PATH)."""
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
+    found = runtime_tool(name)
     if found is None:
         raise SystemExit(f"{name} not found (it comes with iree-base-runtime)")
-    return found
+    return str(found)
 
 
 def iree_kernels(bundle: Path, sample: Path, calls: int, work: Path) -> dict[str, float]:
@@ -97,28 +97,26 @@ def _run(command: list[str]) -> str:
     return done.stdout
 
 
-def onnx_session(model: torch.nn.Module, example: torch.Tensor, work: Path, profile: bool):
+def onnx_peer(model: torch.nn.Module, example: torch.Tensor, work: Path) -> tuple[OnnxRuntime, ModelContext]:
+    """`bench`'s `onnxruntime` candidate for the model at one thread (its ONNX graph, its session), with
+    the context that holds the graph."""
+    context = ModelContext("model", model, (example,), [(example,)], work, threads=1)
+    peer = OnnxRuntime()
+    peer.prepare(context)
+    return peer, context
+
+
+def onnx_kernels(peer: OnnxRuntime, context: ModelContext, calls: int) -> dict[str, tuple[str, float]]:
+    """ms per call of each node's kernel, with its op type: the peer's graph in a session with the
+    peer's options and ONNX Runtime's profiler on."""
     import onnxruntime
 
-    path = work / "model.onnx"
-    if not path.exists():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-            torch.onnx.export(script(model), (example,), str(path), dynamo=False, input_names=["input_0"])
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4
-    if profile:
-        options.enable_profiling = True
-        options.profile_file_prefix = str(work / "onnxruntime")
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def onnx_kernels(model: torch.nn.Module, example: torch.Tensor, calls: int, work: Path) -> dict[str, tuple[str, float]]:
-    """ms per call of each node's kernel, with its op type (ONNX Runtime's profiler)."""
-    session = onnx_session(model, example, work, profile=True)
-    feed = {"input_0": example.numpy()}
+    graph, _ = context.shared("onnx", lambda: export_onnx(context, dynamic_dims=False))  # the peer's, built
+    options = peer.session.get_session_options()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(context.folder / "onnxruntime")
+    session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    feed = peer.convert(context.example_inputs)
     for _ in range(calls):
         session.run(None, feed)
     events = json.loads(Path(session.end_profiling()).read_text())
@@ -131,14 +129,14 @@ def onnx_kernels(model: torch.nn.Module, example: torch.Tensor, calls: int, work
     return kernels
 
 
-def wall_times(runner, session, example: torch.Tensor, calls: int) -> tuple[float, float]:
+def wall_times(runner, peer: OnnxRuntime, example: torch.Tensor, calls: int) -> tuple[float, float]:
     """Wall ms per call of the bundle and of ONNX Runtime, timed as `bench` times candidates
     (`bench.timing.time_rounds`: alternating turns of `calls` calls; the median over rounds)."""
     x = example.numpy()
-    feed = {"input_0": x}
+    feed = peer.convert((example,))
     timed = [
         Timed(run=lambda _: runner(x), samples=[None], result=CandidateResult("dycl")),
-        Timed(run=lambda _: session.run(None, feed), samples=[None], result=CandidateResult("onnxruntime")),
+        Timed(run=lambda _: peer.run(feed), samples=[None], result=CandidateResult("onnxruntime")),
     ]
     time_rounds(timed, rounds=ROUNDS, repeat=calls)
     for item in timed:
@@ -190,9 +188,9 @@ def profile_model(model: torch.nn.Module, example: torch.Tensor, calls: int, wor
     sample = work / "input.npy"
     np.save(sample, example.numpy())
     iree = iree_kernels(bundle, sample, calls, work)
-    ort = onnx_kernels(model, example, calls, work)
-    session = onnx_session(model, example, work, profile=False)
-    iree_wall, ort_wall = wall_times(host_runtime.load(bundle), session, example, calls)
+    peer, context = onnx_peer(model, example, work)
+    ort = onnx_kernels(peer, context, calls)
+    iree_wall, ort_wall = wall_times(host_runtime.load(bundle), peer, example, calls)
     return Profile(iree, ort, iree_wall, ort_wall)
 
 

@@ -121,14 +121,20 @@ def check(vmfb: bytes, target: str) -> None:
 
 
 def dump_tool() -> Path | None:
-    """`iree-dump-module`: the binary iree-base-runtime ships, else one on PATH."""
+    """`iree-dump-module` (`runtime_tool`)."""
+    return runtime_tool("iree-dump-module")
+
+
+def runtime_tool(name: str) -> Path | None:
+    """One of IREE's runtime tools (`iree-dump-module`, `iree-benchmark-module`, `iree-profile`, ...):
+    the binary iree-base-runtime ships, else one on PATH; None where neither is."""
     try:
         import iree._runtime_libs as libs
 
-        shipped = Path(libs.__file__).parent / "iree-dump-module"
+        shipped = Path(libs.__file__).parent / name
         if shipped.is_file() and os.access(shipped, os.X_OK):
             return shipped
     except ImportError:
         pass
-    found = shutil.which("iree-dump-module")
+    found = shutil.which(name)
     return Path(found) if found else None
