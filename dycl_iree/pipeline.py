@@ -158,7 +158,7 @@ def export(
                     extra_flags=extra,
                     branches_as_blocks=blocks,
                     check_branches=branching and unsupported is None,
-                    hoist_packing=branching and packs and not blocks and unsupported is None,
+                    hoist_packing=packs and not blocks and unsupported is None,
                 ),
             )
         return vmfbs
