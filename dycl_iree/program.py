@@ -130,6 +130,12 @@ class TensorOp:
 # None; the compiled host, which must yield a value of the type, a zero tensor).
 STAND_IN = "dycl::stand_in"
 
+# A host op from a tensor to the same tensor under a narrower type (dims static that were dynamic):
+# what a loop carries into the next iteration, where the paths that leave the loop (a `break`)
+# yield the slot at another size than those that go on (`specialize/loop_exits.py`). The Python
+# host binds the tensor as it is; the compiled host casts it to the narrower type.
+REFINE = "dycl::refine"
+
 
 @dataclass(frozen=True)
 class HostOp:

@@ -25,7 +25,7 @@ from host_runtime.runner import build_outputs
 
 from . import random_ops, random_sampling  # noqa: F401  (register the dycl:: ops that a Program may call)
 from .guards import CHECK_INDEX
-from .program import STAND_IN, Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
+from .program import REFINE, STAND_IN, Block, HostOp, If, Loop, Program, SegmentCall, TensorOp, Walker
 from .specialize.schemas import overload_of
 
 
@@ -75,6 +75,8 @@ class ReferenceInterpreter(Walker):
             raise ModelRaised(f"{args[0]} ({node.source})")
         if target == STAND_IN:
             return [None]  # never read on this path
+        if target == REFINE:
+            return [args[0]]
         if target == CHECK_INDEX:
             index, low, high, message = args
             if not low <= index < high:

@@ -29,6 +29,7 @@ from host_runtime.scalar_ops import op_key
 
 from ..guards import CHECK_INDEX
 from ..program import (
+    REFINE,
     STAND_IN,
     Arg,
     Block,
@@ -314,6 +315,10 @@ class _Emitter(CheckedCalls, ScalarLists, RunTimeEmpties, ControlFlowEmitter, Em
         elif target == CHECK_INDEX:
             self.check_index(*node.args)
             return
+        elif target == REFINE:
+            operand, type_text = self.operand(node.args[0])
+            result_type = mlir_type(output.type)
+            result = self.cast(operand, type_text, result_type)
         elif target == STAND_IN:
             result_type = mlir_type(output.type)
             self.zeros(output.type, result)

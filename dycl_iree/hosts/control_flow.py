@@ -6,6 +6,7 @@ of `scf.while` break (README, "Known traps": the loop-narrowing crash and the ze
 from __future__ import annotations
 
 from ..program import (
+    REFINE,
     Arg,
     Block,
     Constant,
@@ -149,10 +150,14 @@ class ControlFlowEmitter:
                 node.body.params[1:], node.body.results[1:], held, empty, concatenated
             )
         ]
-        # A held tensor the body does not grow passes only its sizes through barriers at the top:
-        # behind a barrier of its own, a tensor computed before the loop reached the body as zeros
-        # (`h = pool(h) + h`, then a loop with a `break`, dynamic batch: fuzzer seed 75295).
-        sized = [False] + [hold and not more for hold, more in zip(held, grown[1:])]
+        # A held tensor the body does not grow enters bare: behind a barrier of its own, a tensor
+        # computed before the loop reached the body as zeros (`h = pool(h) + h`, then a loop with
+        # a `break`, dynamic batch: fuzzer seed 75295). One the body reads only narrowed to static
+        # sizes (`REFINE`: a slot a `break` yields at another size) passes its sizes through
+        # barriers, the tensor bare: nothing else reads its dynamic size, and the canonicalizer
+        # dropped it (SIGSEGV in `ScfWhileOpConversion`, as `barrier_all` says).
+        refined = {n.args[0] for n in node.body.nodes if isinstance(n, HostOp) and n.target == REFINE}
+        sized = [False] + [param in refined for param in node.body.params[1:]]
         kept = self.barrier_all(arguments, builtins, unread=unread, grown=grown, sized=sized)
         counter, *params = [self.from_builtin(a, type_text) for a, type_text in zip(kept, carried)]
         params = [self.narrowed(name, type_text) for name, type_text in zip(params, types)]
@@ -451,6 +456,7 @@ class ControlFlowEmitter:
                 and builtin.startswith("tensor<")
                 and not unread[position]
                 and not (grown is not None and grown[position] and "?" in builtin)
+                and not (sized is not None and sized[position])
             ):
                 # At the top of the body, only a tensor the body never reads goes through a
                 # barrier (it would lose its argument). One the body reads keeps its argument,

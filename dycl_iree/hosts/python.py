@@ -22,6 +22,7 @@ from host_runtime import scalar_ops
 
 from ..guards import CHECK_INDEX
 from ..program import (
+    REFINE,
     STAND_IN,
     Arg,
     Emitter,
@@ -115,6 +116,8 @@ class _Writer(Emitter):
             self.emit(f"if not -len({items}) <= {index} < len({items}):")
             self.emit(f"    raise ModelRaised({message!r})")
             self.emit(f"{out} = {items}[{index}]{source}")
+        elif target == REFINE:
+            self.emit(f"{out} = {args[0]}    # the size every path that goes on gives it{source}")
         elif target == STAND_IN:
             type_ = node.outputs[0].type
             if isinstance(type_, TensorType) and type_.dtype in _STAND_IN_DTYPES and len(type_.hint) == type_.rank:

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import DyclError, SpecializeError
 from ..program import (
+    REFINE,
     STAND_IN,
     Arg,
     Block,
@@ -29,6 +30,7 @@ from ..program import (
     Value,
 )
 from .aliasing import mutated_outer
+from .loop_exits import NEVER, going_on
 from .mutation import mark_stale
 from .ragged_lists import dims_read_along, fit_ragged_hint, ragged_positions
 from .schemas import source_of
@@ -380,7 +382,9 @@ class ControlFlow:
                     for leaf, set_leaf in zip(initial_leaves, set_leaves)
                 ]
                 continue
-            new_types = [_join_carried(t, leaf, source) for t, leaf in zip(types, result_leaves)]
+            # The next iteration sees what the paths that go on yield (`loop_exits`).
+            going = going_on(result_leaves, results[0], body_nodes, source)
+            new_types = [_join_carried(t, leaf, source, g) for t, leaf, g in zip(types, result_leaves, going)]
             raggeds = ragged_positions(structure)
             new_types = [
                 fit_ragged_hint(t, position, raggeds, [params, result_leaves]) for position, t in enumerate(new_types)
@@ -405,6 +409,14 @@ class ControlFlow:
         initial_leaves, result_leaves = [initial_leaves[k] for k in kept], [result_leaves[k] for k in kept]
         # A slot the body leaves unset (an Optional that an iteration does not set) keeps its value.
         result_leaves = [param if _unset(leaf) else leaf for leaf, param in zip(result_leaves, params)]
+        # A slot a `break` yields at another size than the paths that go on: the loop carries the
+        # join of both, narrowed to what the body was typed with at the top of the body.
+        refined = []
+        for position, (param, leaf) in enumerate(zip(params, result_leaves)):
+            carried = _join_carried(types[position], leaf, source)
+            if isinstance(carried, TensorType) and carried.shape != types[position].shape:
+                params[position], types[position] = self.new_value(carried, "c"), carried
+                refined.append(HostOp(REFINE, (params[position],), (param,), source))
         after = [
             _after_trips(t, first, param, last, trips)
             for t, first, param, last in zip(types, initial_leaves, params, result_leaves)
@@ -412,7 +424,7 @@ class ControlFlow:
         after = self.observed_after_loop(node, [*ts_outputs, *mutated], initial, kept, after)
         outputs = tuple(self.new_value(t, "c") for t in after)
         # Inside the body, a slot's stand-ins are the slot's previous value (`stand_ins`).
-        body_nodes = list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
+        body_nodes = refined + list(reuse_parameters(Block((), tuple(body_nodes), ()), result_leaves, params)[0].nodes)
         # What the loop carries uninitialized (the value of a `return` inside it, until it returns)
         # starts as a stand-in of its type: the compiled host's loop must carry a value.
         initial_leaves = [self.stand_in(leaf, t, self.nodes, source) for leaf, t in zip(initial_leaves, types)]
@@ -572,10 +584,14 @@ def _adapted_types(leaves: list, structure: Any, results: list, source: str) -> 
     return [_carried_type(set_leaf if _unset(leaf) else leaf, source) for leaf, set_leaf in zip(leaves, set_leaves)]
 
 
-def _join_carried(a: Any, b: Any, source: str) -> Any:
+def _join_carried(a: Any, b: Any, source: str, b_type: Any = None) -> Any:
+    """The type a loop carries after an iteration that yields `b` (of type `b_type` where given:
+    the type on the paths that go on, or `NEVER` where none does)."""
     if a is _NONE or (a is None and is_none(b)):  # None, or unset until the body sets it to None
         return _NONE if is_none(b) or _unset(b) else type_of(b, source)
-    return join_types(a, None if is_none(b) else type_of(b, source), source)
+    if b_type is NEVER:
+        return a
+    return join_types(a, None if is_none(b) else b_type or type_of(b, source), source)
 
 
 _NONE = object()
