@@ -111,6 +111,13 @@ def convolution_channels_last(
     cancel against those of the neighbouring channels-last convolutions, and both read the weight
     as `permute(weight, [2, 3, 1, 0])`: `lower._segment_graph` stores filters HWCF and permutes
     them back, so that view is the stored constant itself."""
+    if input.dim() == 3 and weight.dim() == 3 and not isinstance(input.shape[2], int):
+        return convolution_1d_as_2d(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    depthwise = not transposed and weight.shape[1] == 1 and weight.shape[0] == groups
+    if groups > 1 and not depthwise and not all(isinstance(size, int) for size in input.shape[2:]):
+        return grouped_convolution_split(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
     if transposed or input.dim() != 4 or weight.dim() != 4:
         return NotImplemented
     out_channels, group_channels, kernel_h, kernel_w = weight.shape
@@ -125,6 +132,91 @@ def convolution_channels_last(
     if groups == 1 and input.dim() == 4 and _im2col_wins(group_channels, input.shape[2:], stride):
         return convolution_as_im2col_matmul(input, weight, bias, stride, padding, dilation)
     return NotImplemented
+
+
+def convolution_1d_as_2d(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+) -> torch.Tensor:
+    """A 1-D convolution (transposed or not) as the 2-D one of height 1 it is.
+
+    IREE 3.13's conversion to channels-last (`compile.py` asks for it) breaks a 1-D convolution of
+    a run-time length over a batch of 1: iree-compile fails with "exceeded stack allocation limit"
+    or "'memref.alloca' op stack allocation size overflows 64 bits" for every kernel size, stride,
+    dilation or channel count (README's traps; a batch of 2 compiles). Speech models run batch 1
+    over inputs of any length (Tacotron2's postnet, 512 channels over the decoded frames). The
+    2-D convolution goes the way of the others (depthwise as taps, 1x1 as a matmul, the rest
+    IREE's direct channels-last one), which compiles at every length.
+
+    >>> x, w = torch.randn(1, 4, 9), torch.randn(6, 4, 3)
+    >>> out = convolution_1d_as_2d(x, w, None, [2], [1], [1], False, [0], 1)
+    >>> torch.allclose(out, torch.nn.functional.conv1d(x, w, stride=2, padding=1), atol=1e-5)
+    True
+    """
+    out = aten.convolution.default(
+        aten.unsqueeze.default(input, 2),
+        aten.unsqueeze.default(weight, 2),
+        bias,
+        [1, *stride],
+        [0, *padding],
+        [1, *dilation],
+        transposed,
+        [0, *output_padding],
+        groups,
+    )
+    return aten.squeeze.dim(out, 2)
+
+
+def grouped_convolution_split(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+) -> torch.Tensor:
+    """A grouped convolution (not depthwise) as one convolution per group, concatenated along the
+    channels.
+
+    IREE 3.13 fails to compile a grouped convolution of run-time spatial size over a batch of 1
+    ("'linalg.generic' op write affecting operations on global resources are restricted to
+    workgroup distributed contexts"; README's traps): with a static size, or a batch of 2, it
+    compiles.
+
+    >>> x, w = torch.randn(1, 8, 9), torch.randn(4, 4, 3)
+    >>> out = grouped_convolution_split(x, w, None, [1], [1], [1], False, [0], 2)
+    >>> torch.allclose(out, torch.nn.functional.conv1d(x, w, padding=1, groups=2), atol=1e-5)
+    True
+    """
+    inputs = input.shape[1] // groups
+    # A transposed convolution's weight is [in, out / groups, ...]; another's [out, in / groups, ...].
+    weights = weight.shape[0] // groups
+    outputs = weight.shape[1] if transposed else weights
+    parts = []
+    for group in range(groups):
+        part = aten.convolution.default(
+            aten.slice.Tensor(input, 1, group * inputs, (group + 1) * inputs),
+            aten.slice.Tensor(weight, 0, group * weights, (group + 1) * weights),
+            None if bias is None else aten.slice.Tensor(bias, 0, group * outputs, (group + 1) * outputs),
+            stride,
+            padding,
+            dilation,
+            transposed,
+            output_padding,
+            1,
+        )
+        parts.append(part)
+    return aten.cat.default(parts, 1)
 
 
 def depthwise_as_taps(channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:

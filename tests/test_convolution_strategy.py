@@ -457,3 +457,59 @@ def test_stem_writes_the_padded_input_of_the_depthwise_convolution_and_matches_p
         check_hosts(scripted, (compiled, python), (sample,))
     (label,) = python.decisions
     assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
+
+
+class SpeechConvolutions(nn.Module):
+    """1-D convolutions of every form over a run-time number of frames, as speech models run them
+    one utterance at a time: IREE's channels-last conversion failed to compile each with a batch
+    of 1 (`decompositions.convolution_1d_as_2d`), and a grouped one of run-time size, 1-D or 2-D
+    (`decompositions.grouped_convolution_split`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [
+                nn.Conv1d(8, 8, 5, padding=2),  # Tacotron2's postnet
+                nn.Conv1d(8, 8, 3, stride=2, padding=1),
+                nn.Conv1d(8, 8, 3, padding=2, dilation=2),
+                nn.Conv1d(8, 8, 3, padding=1, groups=2),
+                nn.Conv1d(8, 8, 3, padding=1, groups=8),  # Conformer's depthwise convolution
+                nn.Conv1d(8, 8, 1),
+                nn.ConvTranspose1d(8, 8, 4, stride=2, padding=1),  # an upsampler
+                nn.ConvTranspose1d(8, 8, 3, padding=1, groups=2),
+                nn.Conv1d(8, 8, 3),
+            ]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+class GroupedImage(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouped = nn.Conv2d(8, 6, 3, padding=1, groups=2)
+        self.up = nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, groups=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.up(torch.relu(self.grouped(x)))
+
+
+@pytest.mark.parametrize(
+    ("model", "example", "dims", "samples"),
+    [
+        (SpeechConvolutions, (1, 8, 12), {2: "frames"}, [(1, 8, 12), (1, 8, 5), (1, 8, 33), (1, 8, 64)]),
+        (GroupedImage, (1, 8, 6, 7), {2: "height", 3: "width"}, [(1, 8, 6, 7), (1, 8, 3, 11), (1, 8, 16, 4)]),
+    ],
+)
+def test_convolutions_of_run_time_size_over_a_batch_of_one(
+    tmp_path: Path, model: type, example: tuple, dims: dict, samples: list
+) -> None:
+    torch.manual_seed(0)
+    bundle, scripted, compiled, python = export_compiled(
+        tmp_path, model(), (torch.randn(*example),), model.__name__, dynamic_shapes=[dims]
+    )
+    for shape in samples:
+        check_hosts(scripted, (compiled, python), (torch.randn(*shape),))
