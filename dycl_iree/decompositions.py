@@ -111,7 +111,7 @@ def convolution_channels_last(
     cancel against those of the neighbouring channels-last convolutions, and both read the weight
     as `permute(weight, [2, 3, 1, 0])`: `lower._segment_graph` stores filters HWCF and permutes
     them back, so that view is the stored constant itself."""
-    if input.dim() == 3 and weight.dim() == 3 and not isinstance(input.shape[2], int):
+    if input.dim() == 3 and weight.dim() == 3:
         return convolution_1d_as_2d(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     depthwise = not transposed and weight.shape[1] == 1 and weight.shape[0] == groups
     if groups > 1 and not depthwise and not all(isinstance(size, int) for size in input.shape[2:]):
@@ -124,7 +124,7 @@ def convolution_channels_last(
     if not all(isinstance(size, int) for size in weight.shape):
         return NotImplemented
     if groups > 1 and group_channels == 1 and out_channels == groups:
-        if not depthwise_as_taps(out_channels, input.shape[2:], stride):
+        if not depthwise_as_taps(out_channels, input.shape[2:], stride, kernel_h * kernel_w):
             return NotImplemented
         return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation)
     if groups == 1 and (kernel_h, kernel_w) == (1, 1) and not any(padding):
@@ -145,15 +145,18 @@ def convolution_1d_as_2d(
     output_padding: Sequence[int],
     groups: int,
 ) -> torch.Tensor:
-    """A 1-D convolution (transposed or not) as the 2-D one of height 1 it is.
+    """A 1-D convolution (transposed or not) as the 2-D one of height 1 it is, which then takes the
+    form the 2-D convolutions take (depthwise as taps, 1x1 as a matmul, many channels as im2col +
+    matmul, the rest IREE's direct channels-last one).
 
-    IREE 3.13's conversion to channels-last (`compile.py` asks for it) breaks a 1-D convolution of
-    a run-time length over a batch of 1: iree-compile fails with "exceeded stack allocation limit"
-    or "'memref.alloca' op stack allocation size overflows 64 bits" for every kernel size, stride,
-    dilation or channel count (README's traps; a batch of 2 compiles). Speech models run batch 1
-    over inputs of any length (Tacotron2's postnet, 512 channels over the decoded frames). The
-    2-D convolution goes the way of the others (depthwise as taps, 1x1 as a matmul, the rest
-    IREE's direct channels-last one), which compiles at every length.
+    IREE 3.13's own 1-D convolution is slow and, over a run-time length, fragile. Tacotron2's
+    512-channel, 5-tap convolutions over 40 and 100 frames ran at 3.7 GFLOP/s, 14-19x slower than
+    PyTorch; as im2col + matmul at 78-88 GFLOP/s, ahead of it (one thread, AMD Zen 4; README,
+    performance). And its conversion to channels-last (`compile.py` asks for it) breaks a 1-D
+    convolution of a run-time length over a batch of 1: iree-compile fails with "exceeded stack
+    allocation limit" or "'memref.alloca' op stack allocation size overflows 64 bits" for every
+    kernel size, stride, dilation or channel count (README's traps; a batch of 2 compiles). Speech
+    models run one utterance at a time, over inputs of any length.
 
     >>> x, w = torch.randn(1, 4, 9), torch.randn(6, 4, 3)
     >>> out = convolution_1d_as_2d(x, w, None, [2], [1], [1], False, [0], 1)
@@ -219,10 +222,22 @@ def grouped_convolution_split(
     return aten.cat.default(parts, 1)
 
 
-def depthwise_as_taps(channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
-    """Whether a depthwise convolution becomes taps rather than IREE's own, which it runs in NCHW
-    (4-6x slower at every MobileNetV2 shape: README, performance)."""
-    return True
+def depthwise_as_taps(channels: int, spatial: Sequence[Any], stride: Sequence[int], taps: int) -> bool:
+    """Whether a depthwise convolution of `taps` filter taps becomes taps rather than IREE's own,
+    which it runs in NCHW (4-6x slower at every MobileNetV2 shape: README, performance).
+
+    Not one of more than `RUN_TIME_TAPS` taps over a run-time size: IREE 3.13 fuses the taps into
+    one dispatch that takes each tap's run-time sizes as push constants, and a dispatch of more
+    than 64 fails when the module loads ("dispatch requiring 101 constants exceeds limit of 64":
+    Conformer's 31-tap depthwise convolution over a run-time number of frames; ConvNeXt's 7x7 over
+    a run-time image size). Its own runs those at PyTorch's speed or better (31 taps over 144
+    channels and 200 frames: 377 us against PyTorch's 631, one thread, AMD Zen 4)."""
+    return taps <= RUN_TIME_TAPS or all(isinstance(size, int) for size in spatial)
+
+
+# The most taps a depthwise convolution of run-time size takes as taps: 25 (5x5, and 1-D up to 27)
+# loaded; 31 (1-D) and 49 (7x7) did not (`depthwise_as_taps`).
+RUN_TIME_TAPS = 25
 
 
 def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]) -> bool:
@@ -241,13 +256,20 @@ def _im2col_wins(in_channels: int, spatial: Sequence[Any], stride: Sequence[int]
     138 GFLOP/s as im2col in the wide register tile), so every CPU target takes these forms now
     (`cpu_features.direct_convolutions_fast`). On aarch64 (NEON) IREE tiles the direct convolution as 2 pixels x 2
     channels x 16 input channels, the same kind of choice as for AVX2: im2col there too, unmeasured
-    (README, performance).
+    (README, performance). A 1-D convolution comes here as the 2-D one of height 1
+    (`convolution_1d_as_2d`); over a run-time length, the example's decides.
     """
     if cpu_features.direct_convolutions_fast():
         return False
-    if not all(isinstance(size, int) for size in spatial):
-        return False
-    return outgrows_direct(in_channels, (spatial[0] // stride[0]) * (spatial[1] // stride[1]))
+    height, width = (_example_size(size) for size in spatial)
+    return outgrows_direct(in_channels, (height // stride[0]) * (width // stride[1]))
+
+
+def _example_size(size: Any) -> int:
+    """A size, or for one known only at run time (a 1-D convolution over a run-time number of
+    frames) the example's, which torch.export traces with: read without a guard, so the size stays
+    dynamic."""
+    return size if isinstance(size, int) else size.node.hint
 
 
 def convolution_as_im2col_matmul(
@@ -475,7 +497,8 @@ def depthwise_convolution_activated(
     True
     """
     op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
-    if input.dim() != 4 or not depthwise_as_taps(weight.shape[0], input.shape[2:], stride):
+    taps = weight.shape[2] * weight.shape[3]
+    if input.dim() != 4 or not depthwise_as_taps(weight.shape[0], input.shape[2:], stride, taps):
         return op(aten.conv2d.default(input, weight, bias, stride, padding, dilation, weight.shape[0]), *scalars)
     return depthwise_convolution_as_taps(input, weight, bias, stride, padding, dilation, (op, *scalars))
 

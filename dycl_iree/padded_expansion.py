@@ -52,7 +52,7 @@ def depthwise_convolution_of_padded(
     """
     op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}.get(activation)
     activated = (op, *scalars) if op is not None else ()
-    if not depthwise_as_taps(weight.shape[0], padded.shape[1:3], stride):
+    if not depthwise_as_taps(weight.shape[0], padded.shape[1:3], stride, weight.shape[2] * weight.shape[3]):
         nchw = aten.permute(padded, [0, 3, 1, 2])
         out = aten.conv2d.default(nchw, weight, bias, stride, [0, 0], dilation, weight.shape[0])
         return op(out, *scalars) if op is not None else out
