@@ -200,3 +200,30 @@ def test_a_list_grown_by_one_frame_per_segment_adds_up_to_the_rows_counted_on_th
         check_hosts(scripted, [compiled, python], (torch.randn(length, 4, generator=generator),))
     trips = {count for counts in python.trip_counts.values() for count in counts}
     assert {0, 1, 2, 5} <= trips, python.trip_counts
+
+
+class _PaddingMask(nn.Module):
+    """A padded batch masked by lengths, as torchaudio's Conformer and wav2vec2 make the mask: its
+    width is an int read from the lengths' data."""
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        batch_size = lengths.shape[0]
+        max_length = int(torch.max(lengths).item())
+        positions = torch.arange(max_length, dtype=lengths.dtype).expand(batch_size, max_length)
+        padding_mask = positions >= lengths.unsqueeze(1)
+        return x.masked_fill(padding_mask.unsqueeze(-1), 0.0).sum(1)
+
+
+def test_an_int_read_from_data_takes_its_value_in_the_run_as_its_example(tmp_path) -> None:
+    """Typed with the example 1, `max_length` sized the expansion 1 wide, and the arange it expands,
+    whose dim of 1 is typed 2 (torch.export fixes dims of 1), 2 wide: the expansion failed to type.
+    The run's value (the example's frames) types both."""
+    example = (torch.randn(2, 7, 3), torch.tensor([7, 5]))
+    program = specialize(capture(_PaddingMask()), example, ({1: "frames"}, None))
+    (read,) = [n for n in program.body.nodes if getattr(n, "target", "") == "aten::Int.Tensor"]
+    assert read.outputs[0].type.hint == 7
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _PaddingMask(), example, "padding", dynamic_shapes=({1: "frames"}, None)
+    )
+    for frames, lengths in ((7, [7, 5]), (3, [1, 3]), (12, [12, 12]), (1, [1, 1])):
+        check_hosts(scripted, (compiled, python), (torch.randn(2, frames, 3), torch.tensor(lengths)))

@@ -176,6 +176,8 @@ class HostScalars:
             if tensor.type.dtype == "bool":
                 kind = "bool"
         hint = {"bool": True, "int": 1, "float": 1.0}[kind]
+        if kind == "int":
+            hint = self.observed_int(output) or hint
         value = self.new_value(ScalarType(kind, hint), value_name(output))
         target = {"bool": "aten::Bool.Tensor", "int": "aten::Int.Tensor", "float": "aten::Float.Tensor"}[kind]
         self.nodes.append(HostOp(target, (tensor,), (value,), source))

@@ -41,6 +41,8 @@ _LIBRARY.define("record(Tensor(a) x, int id, int[] loops) -> Tensor(a)")
 # A list's sizes after the loop that grows it: declared to write the list, which keeps it from
 # being removed (it returns nothing).
 _LIBRARY.define("record_list(Tensor(a!)[] xs, int id, int[] loops) -> ()")
+# An int read from a tensor's data (`int(lengths.max().item())`): its value.
+_LIBRARY.define("record_int(Scalar x, int id, int[] loops) -> Scalar")
 _RECORDING = threading.local()
 
 
@@ -57,21 +59,35 @@ def _record_list(xs: list[torch.Tensor], id: int, loops: list[int]) -> None:
         sizes.setdefault((id, tuple(loops)), tuple(tuple(x.shape) for x in xs))
 
 
+def _record_int(x: Any, id: int, loops: list[int]) -> Any:
+    sizes = getattr(_RECORDING, "sizes", None)
+    if sizes is not None and isinstance(x, int) and not isinstance(x, bool):
+        sizes.setdefault((id, tuple(loops)), x)
+    return x
+
+
 _LIBRARY.impl("record", _record, "CompositeExplicitAutograd")
+_LIBRARY.impl("record_int", _record_int, "CompositeExplicitAutograd")
 _LIBRARY.impl("record_list", _record_list, "CompositeExplicitAutograd")
 
-Observed = dict  # (TorchScript value's unique, indices of its enclosing loops) -> its sizes
+Observed = dict  # (TorchScript value's unique, indices of its enclosing loops) -> its sizes (an int's value)
+
+# The ops that read an int from a tensor's data (`specialize.host_ops.SYNC_OPS`), whose values the
+# run records.
+_INT_READS = ("aten::Int", "aten::item", "aten::IntImplicit")
 
 
 def observe(captured: Any, example_inputs: tuple) -> Observed:
     """Each tensor the scripted model makes in one run at `example_inputs`, by the value's unique in
     `captured.graph` and the indices of the loops around it, at each one's first run: its sizes;
     by `(loop, list)` (the uniques of the loop's index and of the list) the sizes of each tensor
-    of each list of tensors that a loop grows or returns, after it; and by the output of each
-    `xs.append(x)` on a list of tensors, the sizes of each tensor of `xs` after it. Empty where
-    the run fails (the model raises at its examples): it is then typed by meta runs only."""
+    of each list of tensors that a loop grows or returns, after it; by the output of each
+    `xs.append(x)` on a list of tensors, the sizes of each tensor of `xs` after it; and each int
+    read from a tensor's data, its value. Empty where the run fails (the model raises at its
+    examples): it is then typed by meta runs only."""
     graph = captured.graph.copy()
     tensors: list[tuple[torch._C.Value, torch._C.Value, list[torch._C.Value]]] = []
+    ints: list[tuple[torch._C.Value, torch._C.Value, list[torch._C.Value]]] = []
     loops_run: list[tuple[torch._C.Node, torch._C.Node, list[torch._C.Value]]] = []
     appends: list[tuple[torch._C.Node, torch._C.Node, list[torch._C.Value]]] = []
     copies: dict[int, torch._C.Value] = {}
@@ -92,11 +108,19 @@ def observe(captured: Any, example_inputs: tuple) -> Observed:
                 copies[output.unique()] = copied_output
                 if copied_output.type().kind() == "TensorType":
                     tensors.append((output, copied_output, loops))
+                elif node.kind() in _INT_READS and copied_output.type().kind() in ("IntType", "NumberType"):
+                    ints.append((output, copied_output, loops))
 
     pair(captured.graph.block(), graph.block(), [])
     keys: list = []
     for output, copied, loops in tensors:
         record = _insert(graph, "record", copied, len(keys), loops, copied.node())
+        record.output().setType(copied.type())
+        copied.replaceAllUsesWith(record.output())
+        record.replaceInput(0, copied)
+        keys.append(output.unique())
+    for output, copied, loops in ints:
+        record = _insert(graph, "record_int", copied, len(keys), loops, copied.node())
         record.output().setType(copied.type())
         copied.replaceAllUsesWith(record.output())
         record.replaceInput(0, copied)
@@ -127,7 +151,7 @@ def _insert(
     indices = graph.create("prim::ListConstruct", loops)
     indices.output().setType(torch._C.ListType.ofInts())
     arguments = [value, graph.insertConstant(number), indices.output()]
-    record = graph.create(f"dycl_observe::{op}", arguments, int(op == "record"))
+    record = graph.create(f"dycl_observe::{op}", arguments, int(op in ("record", "record_int")))
     record.insertAfter(after)
     indices.insertBefore(record)
     record.inputsAt(1).node().moveBefore(indices)
@@ -184,6 +208,20 @@ class ObservedSizes:
         if any(s is not None and s != size for s, size in zip(shape, sizes)):
             return hint  # another path than the one typed here
         return tuple(size if s is None and size >= 2 else h for s, size, h in zip(shape, sizes, hint))
+
+    def observed_int(self, ts_value: torch._C.Value) -> int | None:
+        """The value the observed run read into `ts_value` (an int read from a tensor's data) at
+        its iteration, where it is 2 or more (else None: 0 and 1 keep their hint of 1).
+
+        An int read from data is typed with the example 1 otherwise. Where it sizes a tensor that
+        another one sized by it meets (`max_length = int(torch.max(lengths).item())`, then
+        `torch.arange(max_length).expand(batch_size, max_length)`: torchaudio's Conformer and
+        wav2vec2 make their padding masks so), the tensor's dim of 1 was typed 2, as torch.export
+        fixes dims of 1, and the two no longer met. The run's value is the size the example has."""
+        if self.loop_indices is None:
+            return None
+        value = self.observed_sizes().get((ts_value.unique(), tuple(self.loop_indices)))
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
 
     def observed_sizes(self) -> Observed:
         """The observed run's sizes, run at the first hint that needs them."""
