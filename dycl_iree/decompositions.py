@@ -44,11 +44,72 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.topk.default] = _without_reentry(topk_reading_its_values, table.get(aten.topk.default))
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))
+    table[aten._native_multi_head_attention.default] = multi_head_attention_as_its_python_path
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
     for op, rewrite in IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
+
+
+def multi_head_attention_as_its_python_path(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    embed_dim: int,
+    num_heads: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    mask_type: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`nn.MultiheadAttention`'s fast path (`torch._native_multi_head_attention`, which it takes in
+    inference with `batch_first`, even heads and self-attention) as its own other path,
+    `F.multi_head_attention_forward`: torch-mlir has no lowering of the fused op, and torch no
+    decomposition. The fast path's inputs are batch first; its mask is `merge_masks`'s (type 1 a
+    key padding mask [B, S], type 2 a merged one [B, H, L, S], else an attention mask [L, S]).
+
+    >>> attention = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    >>> x = torch.randn(2, 5, 8)
+    >>> with torch.no_grad():
+    ...     want, _ = attention(x, x, x, need_weights=False)
+    >>> got, _ = multi_head_attention_as_its_python_path(x, x, x, 8, 2, attention.in_proj_weight,
+    ...     attention.in_proj_bias, attention.out_proj.weight, attention.out_proj.bias, need_weights=False)
+    >>> torch.allclose(got, want, atol=1e-5)
+    True
+    """
+    padding = attention = None
+    if mask is not None and mask_type == 1:
+        padding = mask
+    elif mask is not None and mask_type == 2:
+        attention = mask.reshape(-1, mask.shape[-2], mask.shape[-1])
+    else:
+        attention = mask
+    out, weights = torch.nn.functional.multi_head_attention_forward(
+        query.transpose(0, 1),
+        key.transpose(0, 1),
+        value.transpose(0, 1),
+        embed_dim,
+        num_heads,
+        qkv_weight,
+        qkv_bias,
+        None,
+        None,
+        False,
+        0.0,
+        proj_weight,
+        proj_bias,
+        training=False,
+        key_padding_mask=padding,
+        need_weights=need_weights,
+        attn_mask=attention,
+        average_attn_weights=average_attn_weights,
+    )
+    return out.transpose(0, 1), weights if weights is not None else query.new_empty(0)
 
 
 def _filled_unless_static(original: Any, fill_value: float | None) -> Any:

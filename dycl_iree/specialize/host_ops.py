@@ -6,6 +6,7 @@ int / float / bool ops on them, each a `HostOp` that the hosts run (`host_runtim
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Iterator
 
 import torch
@@ -13,7 +14,22 @@ import torch
 from host_runtime import scalar_ops
 
 from ..errors import UnsupportedOpError
-from ..program import Arg, Constant, HostOp, ListArg, ScalarType, TensorType, Value
+from ..program import (
+    Arg,
+    Block,
+    Constant,
+    HostOp,
+    ListArg,
+    ScalarType,
+    TensorType,
+    Value,
+    arg_values,
+    iter_nodes,
+    map_sub_blocks,
+    node_inputs,
+    sub_blocks,
+)
+from .aliasing import LIST_MUTATORS
 from .ragged_ints import is_int_list
 from .run_time_dicts import RuntimeText
 from .schemas import call_overload, source_of, torch_dtype
@@ -185,6 +201,11 @@ class HostScalars:
 
     def visit_host_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
         kind = node.kind()
+        if kind not in LIST_MUTATORS:
+            # A read of a host list whose items are known folds (nn.MultiheadAttention's fast-path
+            # test: `all([_check_arg_device(x) for x in tensor_args])`, unrolled by TorchScript).
+            known = self.known_lists
+            entries = [Constant(list(known[e])) if isinstance(e, Value) and e in known else e for e in entries]
         if kind == "aten::list" and len(entries) == 1:
             # `list(hx.size())` (nn.RNN's state check) copies a list. The Program's lists are values
             # (an append makes a new one), so the copy is the same entry; a constant one is copied
@@ -293,3 +314,36 @@ class HostScalars:
         if any(is_dynamic(v) for v in values_in):
             raise UnsupportedOpError(target, source, detail="reads a dynamic dim into a scalar; use x.size(d)")
         self.bind_constants(node, call_overload(overload, args, kwargs, lambda a: self.meta(a), source, target))
+
+
+def without_unread_known_lists(block: Block, known: dict) -> Block:
+    """`block` without the host ops that build a list of known items (`known_lists`) that nothing
+    reads: where every read of such a list folded (nn.MultiheadAttention's fast-path test), its
+    construction is left over, and a list of bools has no form in the compiled host."""
+    if not known:
+        return block
+    removed = [0]
+
+    def prune(inner: Block, read: set) -> Block:
+        nodes = []
+        for node in inner.nodes:
+            if isinstance(node, HostOp) and node.outputs and all(v in known and v not in read for v in node.outputs):
+                removed[0] += 1
+                continue
+            nodes.append(map_sub_blocks(node, lambda b: prune(b, read)))
+        return dataclasses.replace(inner, nodes=tuple(nodes))
+
+    while True:  # a list an append reads goes once the append has gone
+        before = removed[0]
+        block = prune(block, _values_read(block))
+        if removed[0] == before:
+            return block
+
+
+def _values_read(block: Block) -> set[Value]:
+    read = {v for r in block.results for v in arg_values(r)}
+    for node in iter_nodes(block):
+        read.update(node_inputs(node))
+        for inner in sub_blocks(node):
+            read.update(v for r in inner.results for v in arg_values(r))
+    return read

@@ -528,6 +528,14 @@ class StructuredValues:
 
     def visit_get_attr(self, node: torch._C.Node) -> None:
         subject = self.entry(node.input())
+        if isinstance(subject, Constant) and isinstance(subject.value, (torch.nn.Module, torch._C.ScriptModule)):
+            # An attribute freezing did not fold into a constant: torch.jit.freeze keeps the
+            # reads of a submodule's Optional attributes (nn.MultiheadAttention's `in_proj_bias`
+            # under `is not None`). The frozen module holds its value, constant as the others.
+            module = subject.value._c if isinstance(subject.value, torch.nn.Module) else subject.value
+            value = module.getattr(node.s("name"))
+            self.bind(node.output(), Constant(value.detach() if isinstance(value, torch.Tensor) else value))
+            return
         if not isinstance(subject, RecordEntry):
             return self.visit_op(node)
         field = node.s("name")

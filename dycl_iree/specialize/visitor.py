@@ -51,7 +51,7 @@ from ..program import (
 )
 from .aliasing import collect_mutated_lists, follow_inner_list, note_inner_lists
 from .control import ControlFlow
-from .host_ops import SYNC_OPS, HostScalars
+from .host_ops import SYNC_OPS, HostScalars, without_unread_known_lists
 from .list_tensors import ListTensors
 from .mutation import SEVERAL, StaleView, ViewLink, fresh_view, mark_stale, view_chain, write_back
 from .observed import ObservedSizes
@@ -147,6 +147,9 @@ class _Specializer(
         self.dim_sources: dict[tuple[Value, int], Value] = {}
         # Lists that some node appends to: they live on the host as run-time values.
         self.mutated_lists = collect_mutated_lists(captured.graph)
+        # A host list made of constants and appended constants in straight-line code (a list
+        # comprehension TorchScript unrolled): its items (`host_ops.visit_host_op` folds reads).
+        self.known_lists: dict[Value, tuple] = {}
         self.inner_lists: dict[int, list] = {}  # a mutable list -> the lists holding it (`aliasing`)
         self.concatenation_dims, self.stacks_lists = concatenation_dims(captured.graph, self.mutated_lists)
         self.list_dims = list_concatenation_dims(captured.graph)  # each list's own (`laying_out`)
@@ -265,6 +268,8 @@ class _Specializer(
             value = self.new_value(ListType(element, tuple(hint_of(i) for i in items)), value_name(output))
             self.nodes.append(HostOp("prim::ListConstruct", items, (value,), source_of(node)))
             self.bind(output, value)
+            if all(isinstance(i, Constant) for i in items):
+                self.known_lists[value] = tuple(i.value for i in items)
         elif scalar_list_kind(output.type()) is not None and all(
             isinstance(i, Constant) and not isinstance(i.value, torch.Tensor) for i in items
         ):
@@ -401,6 +406,11 @@ class _Specializer(
             same = left.value is right.value or (left.value is None and right.value is None)
         elif is_none(left) or is_none(right):
             same = False  # a run-time value is never None (an Optional decided at run time is an OptionalEntry)
+        elif isinstance(left, Value) and isinstance(right, Value) and tensor_type_of(left) and tensor_type_of(right):
+            # Two tensors: the same value is the same tensor, and values that different ops made,
+            # or two inputs, are taken for different ones (nn.MultiheadAttention asks `query is
+            # key` to pick a packed projection that computes the same; README, Correctness).
+            same = left is right
         else:
             raise SpecializeError(f"`is` between two run-time values ({source_of(node)})")
         self.bind(node.output(), Constant(same != negate))
@@ -682,7 +692,10 @@ def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: A
 
 
 def _specialized(spec: _Specializer, captured: CapturedModel, types: list) -> Program:
-    ts_inputs = list(captured.graph.inputs())[1:]
+    ts_self, *ts_inputs = list(captured.graph.inputs())
+    # What freezing left as attribute reads (MultiheadAttention's Optional `in_proj_bias` and
+    # `in_proj_weight`, read under `is not None`) reads the frozen module (`visit_get_attr`).
+    spec.bind(ts_self, Constant(captured.frozen))
     bound = [Constant(None) if t is None else spec.new_value(t, name) for t, name in zip(types, captured.input_names)]
     for ts_value, entry in zip(ts_inputs, bound):
         spec.bind(ts_value, entry)
@@ -704,7 +717,7 @@ def _specialized(spec: _Specializer, captured: CapturedModel, types: list) -> Pr
                 f"{captured.name} returns a {type(leaf.value).__name__}: "
                 "outputs must be tensors, scalars or tuples of them"
             )
-    body = Block(params, tuple(spec.nodes), tuple(leaves))
+    body = without_unread_known_lists(Block(params, tuple(spec.nodes), tuple(leaves)), spec.known_lists)
     return Program(captured.input_names, body, tree, (), captured.name, none_inputs=none_inputs(captured, types))
 
 
