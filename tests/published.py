@@ -83,3 +83,13 @@ def torchaudio_rnnt_decoder() -> ModuleType:
     rnnt = torchaudio_rnnt()
     with _package_stand_in("torchaudio.models", RNNT=rnnt.RNNT):
         return _load_path(path, "torchaudio_published.rnnt_decoder")
+
+
+def torchaudio_conformer() -> ModuleType:
+    """torchaudio's `models/conformer.py` (`Conformer`)."""
+    return load_model_file("torchaudio", "models/conformer.py", "torchaudio_published.conformer")
+
+
+def torchaudio_wav2letter() -> ModuleType:
+    """torchaudio's `models/wav2letter.py` (`Wav2Letter`)."""
+    return load_model_file("torchaudio", "models/wav2letter.py", "torchaudio_published.wav2letter")
