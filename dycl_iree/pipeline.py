@@ -34,7 +34,7 @@ from .bundle import PROGRAM_TEXT, PYTHON_HOST, Bundle, largest_weights, make_man
 from .capture import capture
 from .compile import compile_module, crashed_on, target_flags, workaround_for
 from .dynamic_dims import check_examples, declared_dims
-from .errors import CompileError
+from .errors import CompileError, DyclError
 from .guards import check_device_indices, guard_indices
 from .hosts import (
     CompiledHostUnsupported,
@@ -52,6 +52,7 @@ from .progress import LOGGER
 from .size_ties import check_size_ties
 from .sources import relative_sources
 from .specialize import specialize
+from .specialize.observed import reads_ints
 
 
 def export(
@@ -118,19 +119,33 @@ def export(
             say(f"unchanged model: reused the cached export ({seconds:.1f} s; --no-cache to rebuild)")
             say(stage_report(timings, cpu_timings), detail=True)
             return cached
-    say("specializing to the example inputs")
-    typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes))
-    program = stage("partition", lambda: check_device_indices(guard_indices(partition(typed))))
-    # A Program that reads a value where some path does not define it is a defect of a stage above:
-    # stop here, before any host is written that would fail at run time on some inputs.
-    stage("check", lambda: check_definitions(program))
-    say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
+    def typed_and_lowered(observe_ints: bool) -> tuple[Program, LoweredModule]:
+        say("specializing to the example inputs")
+        typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes, observe_ints))
+        program = stage("partition", lambda: check_device_indices(guard_indices(partition(typed))))
+        # A Program that reads a value where some path does not define it is a defect of a stage
+        # above: stop here, before any host is written that would fail at run time on some inputs.
+        stage("check", lambda: check_definitions(program))
+        say(f"lowering {_plural(len(program.segments), 'segment')} through torch-mlir")
 
-    def lowering(name: str) -> None:
-        say(f"lowering {name} of {len(program.segments)}", detail=True)
+        def lowering(name: str) -> None:
+            say(f"lowering {name} of {len(program.segments)}", detail=True)
 
-    with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
-        lowered = stage("lower", lambda: lower(program, progress=lowering))
+        with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
+            return program, stage("lower", lambda: lower(program, progress=lowering))
+
+    try:
+        program, lowered = typed_and_lowered(observe_ints=False)
+    except DyclError as error:
+        # The ints read from data are typed with the example 1; where that fails, with their
+        # values at the examples (`specialize/observed.py: observed_int`), else the first error.
+        if not reads_ints(captured.graph):
+            raise
+        say(f"typing again with the ints read from data at their values in a run ({error})")
+        try:
+            program, lowered = typed_and_lowered(observe_ints=True)
+        except DyclError:
+            raise error from None
     # Sizes that torch.export tied to a sum of other inputs' sizes: the host checks them before the call.
     program = check_size_ties(program, lowered.ties)
     module_name = "dycl_" + re.sub(r"\W", "_", program.name).lower()

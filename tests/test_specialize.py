@@ -12,6 +12,7 @@ from dycl_iree.program import HostOp, If, Loop, TensorType, iter_nodes
 from dycl_iree.reference import ReferenceInterpreter
 from dycl_iree.specialize import specialize
 from models import programs
+from tests.conftest import check_hosts, export_compiled
 
 from .conftest import make
 
@@ -215,3 +216,22 @@ def test_a_constant_freed_while_typing_never_lends_its_meta_tensor_to_another() 
     visitor = _Specializer(capture(nn.Identity()))
     for width in range(1, 64):
         assert tuple(visitor.meta_constant(torch.ones(2, width)).shape) == (2, width)
+
+
+class _FirstColumns(nn.Module):
+    def forward(self, x: torch.Tensor, n: int, start: int):
+        return x[:, :n] * 2.0, x[:, start : start + 2] + 1.0
+
+
+@pytest.mark.parametrize("example_n", [8, 6, 3])
+def test_a_slice_whose_end_passes_the_example_stays_as_wide_as_its_bounds(tmp_path, example_n: int) -> None:
+    """`x[:, :n]` of a 6-wide `x` at an example n of 6 or more is 6 wide at the example and at every
+    larger n: typed static, both hosts returned all 6 columns where n was smaller. A window that
+    moves with its start (`x[:, start : start + 2]`) is as wide as it is at run time too (it clamps
+    at the end)."""
+    example = (torch.randn(2, 6), example_n, 1)
+    bundle, scripted, compiled, python = export_compiled(tmp_path, _FirstColumns(), example, f"columns{example_n}")
+    slices = [op for s in bundle.program.segments for op in s.nodes if op.target == "aten::slice.Tensor"]
+    assert [op.outputs[0].type.shape[1] for op in slices] == [None, None], slices  # both clamp at the end
+    for n, start in ((2, 0), (6, 3), (9, 4), (0, 5)):
+        check_hosts(scripted, (compiled, python), (torch.randn(2, 6), n, start))

@@ -177,6 +177,7 @@ class ObservedSizes:
     """The specializer's use of `observe` (a mixin): `observed_hint` and the loop iterations."""
 
     observed: Observed | None = None  # computed at the first raised hint
+    observing_ints = False  # `observed_int`
     # The iteration that each enclosing loop's body is typed at; None inside a graph of its own
     # (`visit_function`), whose values the run does not see.
     loop_indices: list[int] | None = None
@@ -217,8 +218,13 @@ class ObservedSizes:
         another one sized by it meets (`max_length = int(torch.max(lengths).item())`, then
         `torch.arange(max_length).expand(batch_size, max_length)`: torchaudio's Conformer and
         wav2vec2 make their padding masks so), the tensor's dim of 1 was typed 2, as torch.export
-        fixes dims of 1, and the two no longer met. The run's value is the size the example has."""
-        if self.loop_indices is None:
+        fixes dims of 1, and the two no longer met. The run's value is the size the example has.
+
+        Only where the graph is typed with those (`observing_ints`, which `pipeline.export` asks
+        for where an export with the example 1 fails): a larger example can hide what depends on
+        it, and the lists a loop grows take their forms from their tensors' types (a piece
+        `h[:, : int(...) % 8 + 1]` of an 8-wide `h` at a run's value of 7 is as wide as `h`)."""
+        if self.loop_indices is None or not self.observing_ints:
             return None
         value = self.observed_sizes().get((ts_value.unique(), tuple(self.loop_indices)))
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
@@ -229,10 +235,12 @@ class ObservedSizes:
             self.observed = observe(self.captured, self.example_inputs) if self.examples_are_hints else {}
         return self.observed
 
-    def observe_at(self, example_inputs: tuple, types: list, observing: bool = True) -> None:
+    def observe_at(self, example_inputs: tuple, types: list, observing: bool = True, ints: bool = False) -> None:
         """Observe at `example_inputs` (where a hint is needed), if the inputs' hints are their sizes:
-        a dynamic dim of 0 or 1 is typed 2, and a run at 1 would agree with nothing typed at 2."""
+        a dynamic dim of 0 or 1 is typed 2, and a run at 1 would agree with nothing typed at 2.
+        With `ints`, the ints read from data take their values in the run (`observed_int`)."""
         self.example_inputs, self.loop_indices, self.observed = example_inputs, [], None
+        self.observing_ints = ints
         self.examples_are_hints = observing and all(
             not isinstance(example, torch.Tensor) or tuple(example.shape) == tuple(type_.hint)
             for example, type_ in zip(example_inputs, types)
@@ -295,3 +303,12 @@ def _with_sizes(type_: Any, sizes: tuple) -> Any:
         return type_
     hint = tuple(size if s is None and size >= 2 else h for s, size, h in zip(type_.shape, sizes, type_.hint))
     return TensorType(type_.dtype, type_.shape, hint)
+
+
+def reads_ints(graph: torch._C.Graph) -> bool:
+    """Whether the graph reads an int from a tensor's data (`observed_int` would have something)."""
+
+    def scan(block: Any) -> bool:
+        return any(node.kind() in _INT_READS or any(scan(inner) for inner in node.blocks()) for node in block.nodes())
+
+    return scan(graph)

@@ -583,10 +583,12 @@ class _Specializer(
                 else:
                     perturbed.append([unknown_sizes(target, args, t) for t in results_a])
         outputs: list[Value] = []
+        clamped = self.clamped_dim(overload, target, args, kwargs, results_a, returns)
         for position, tensor in enumerate(results_a):
             shape_a = tuple(int(d) for d in tensor.shape)
             shape = tuple(
-                d if all(shapes[position][dim] == d for shapes in perturbed) else None for dim, d in enumerate(shape_a)
+                d if all(shapes[position][dim] == d for shapes in perturbed) and dim != clamped else None
+                for dim, d in enumerate(shape_a)
             )
             hint = tuple(d if s is not None else max(d, 2) for d, s in zip(shape_a, shape))
             self.raised_hints += sum(1 for d, s in zip(shape_a, shape) if s is None and d < 2)
@@ -612,6 +614,41 @@ class _Specializer(
                 if isinstance(item, Value):
                     self.dim_sources[(outputs[0], dim)] = item
         return outputs
+
+    def clamped_dim(
+        self, overload: Any, target: str, args: list, kwargs: list, results: list, returns: str
+    ) -> int | None:
+        """The dim a slice with a run-time bound past the dim's end at the example cuts, where it is
+        as wide as the bounds make it below the end (dynamic, whatever the other meta runs say);
+        None otherwise. Those perturb ints upward, and a bound past the end clamps to it: `x[:, :n]`
+        of a 6-wide `x` at an example n of 6 or more was 6 wide at every perturbation and typed
+        static, and both hosts returned all 6 columns where n was smaller. The bounds are moved
+        down together until each is below the end: a window that moves with its start
+        (`x[end : end + R]` at the last segment) keeps its width."""
+        bounds = [bound for bound in args[2:4] if _run_time_int(bound)] if target == "aten::slice.Tensor" else []
+        if not bounds or not isinstance(args[1], Constant):
+            return None
+        dim = args[1].value % len(results[0].shape)
+        input_type = tensor_type_of(args[0])
+        if input_type is None:
+            return None
+        # The dim's own size read back (`x[T:]` with `T = x.size(0)`) is its end at every size.
+        bounds = [bound for bound in bounds if self.dim_sources.get((args[0], dim)) is not bound]
+        if not bounds:
+            return None
+        size = input_type.hint[dim]
+        shift = max(bound.type.hint - size + 1 for bound in bounds)
+        if shift <= 0:
+            return None  # no bound at or past the end: the other meta runs tell
+        try:
+            moved = overload(
+                *convert_args(args, lambda a: self.meta(a, _UNMOVED, lambda hint: hint - shift)),
+                **dict(convert_kwargs(kwargs, lambda a: self.meta(a, _UNMOVED, lambda hint: hint - shift))),
+            )
+        except Exception:
+            return None
+        width = tuple(result_tensors(moved, returns)[0].shape)[dim]
+        return dim if width != results[0].shape[dim] else None
 
     def bind_constants(self, node: torch._C.Node, result: Any) -> None:
         """Bind a node's outputs to a result known at export time (a tuple for several outputs)."""
@@ -666,28 +703,41 @@ class _Specializer(
         return value
 
 
+def _UNMOVED(hint: int) -> int:
+    """The perturbation that leaves tensors' sizes as they are (`clamped_dim` moves ints alone)."""
+    return hint
+
+
+def _run_time_int(arg: Any) -> bool:
+    return isinstance(arg, Value) and isinstance(arg.type, ScalarType) and arg.type.kind == "int"
+
+
 # The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
 # one: avg_pool2d(x, 2) maps heights 10 and 11 both to 5, and that output height was typed static
 # (the compiled host then returned the example's size). 2h + 1 changes floor(h / k) whenever h >= k.
 _PERTURBATIONS: tuple[Callable[[int], int], ...] = (lambda hint: hint + 1, lambda hint: 2 * hint + 1)
 
 
-def specialize(captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None) -> Program:
-    """Type the captured graph by the example inputs and fold what the types decide.
+def specialize(
+    captured: CapturedModel, example_inputs: tuple, dynamic_shapes: Any = None, observe_ints: bool = False
+) -> Program:
+    """Type the captured graph by the example inputs and fold what the types decide; with
+    `observe_ints`, each int the graph reads from data takes its value at the examples as its
+    example (`observed.observed_int`).
 
     Where the sizes of the observed run (`observed`) fail to type some op, the graph is typed again
     by the meta runs alone, as before there were any: those may still type it, and where they do
     not, the refusal is theirs."""
     types = input_types(captured, tuple(example_inputs), dynamic_shapes)
     spec = _Specializer(captured)
-    spec.observe_at(tuple(example_inputs), types)
+    spec.observe_at(tuple(example_inputs), types, ints=observe_ints)
     try:
         return _specialized(spec, captured, types)
     except DyclError:
         if not spec.observed:
             raise
     spec = _Specializer(captured)
-    spec.observe_at(tuple(example_inputs), types, observing=False)
+    spec.observe_at(tuple(example_inputs), types, observing=False, ints=observe_ints)
     return _specialized(spec, captured, types)
 
 
