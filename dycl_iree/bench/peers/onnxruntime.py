@@ -24,7 +24,12 @@ class OnnxRuntime(Peer):
     def prepare(self, context: ModelContext) -> None:
         import onnxruntime
 
-        path, export_s = context.shared("onnx", lambda: export_onnx(context, dynamic_dims=False))
+        # Samples of other sizes than the example (a run-time number of frames) need the graph
+        # with dynamic dims: the static one refuses them ("Got invalid dimensions for input").
+        examples = context.example_inputs
+        dynamic = any(_shape(a) != _shape(e) for sample in context.samples for a, e in zip(sample, examples))
+        key = "onnx-dynamic" if dynamic else "onnx"
+        path, export_s = context.shared(key, lambda: export_onnx(context, dynamic_dims=dynamic))
         self.signature = onnx_signature(path)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = context.threads
@@ -43,3 +48,7 @@ class OnnxRuntime(Peer):
 
     def run(self, feed: dict[str, np.ndarray]) -> Any:
         return self.session.run(None, feed)
+
+
+def _shape(value: Any) -> tuple | None:
+    return tuple(value.shape) if hasattr(value, "shape") else None
