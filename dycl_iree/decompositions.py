@@ -162,7 +162,9 @@ def convolution_channels_last(
     output_padding: Sequence[int],
     groups: int,
 ) -> torch.Tensor:
-    """The 2-D convolutions IREE runs badly even channels-last, rewritten: depthwise ones as taps,
+    """The convolutions IREE runs badly even channels-last, rewritten (a 1-D one as the 2-D one of
+    height 1, `convolution_1d_as_2d`; a grouped one of run-time size one per group,
+    `grouped_convolution_split`): 2-D depthwise ones as taps,
     1x1 ones without padding as a matmul, and, unless the CPU has AVX-512, those with many channels
     as im2col + matmul (`_im2col_wins`; those with a constant 3x3 filter and stride 1 the exporter
     has already written as Winograd's F(2x2, 3x3), `lower._segment_graph`). Every other convolution

@@ -113,18 +113,13 @@ def observe(captured: Any, example_inputs: tuple) -> Observed:
 
     pair(captured.graph.block(), graph.block(), [])
     keys: list = []
-    for output, copied, loops in tensors:
-        record = _insert(graph, "record", copied, len(keys), loops, copied.node())
-        record.output().setType(copied.type())
-        copied.replaceAllUsesWith(record.output())
-        record.replaceInput(0, copied)
-        keys.append(output.unique())
-    for output, copied, loops in ints:
-        record = _insert(graph, "record_int", copied, len(keys), loops, copied.node())
-        record.output().setType(copied.type())
-        copied.replaceAllUsesWith(record.output())
-        record.replaceInput(0, copied)
-        keys.append(output.unique())
+    for op, values in (("record", tensors), ("record_int", ints)):
+        for output, copied, loops in values:
+            record = _insert(graph, op, copied, len(keys), loops, copied.node())
+            record.output().setType(copied.type())
+            copied.replaceAllUsesWith(record.output())
+            record.replaceInput(0, copied)
+            keys.append(output.unique())
     for node, copied, loops in loops_run:
         index = next(iter(list(node.blocks())[0].inputs())).unique()
         grown = [*mutated_outer(list(node.blocks())), *node.outputs()]
