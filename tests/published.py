@@ -93,3 +93,8 @@ def torchaudio_conformer() -> ModuleType:
 def torchaudio_wav2letter() -> ModuleType:
     """torchaudio's `models/wav2letter.py` (`Wav2Letter`)."""
     return load_model_file("torchaudio", "models/wav2letter.py", "torchaudio_published.wav2letter")
+
+
+def torchaudio_wavernn() -> ModuleType:
+    """torchaudio's `models/wavernn.py` (`WaveRNN`)."""
+    return load_model_file("torchaudio", "models/wavernn.py", "torchaudio_published.wavernn")
