@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import numpy as np
 import pytest
@@ -952,3 +952,38 @@ def test_ints_appended_in_a_nested_loop_with_a_break(tmp_path) -> None:
             assert len(want[1]) >= n  # the inner loop ran at least once per outer step
             for got, expected in zip(run(x.numpy(), n), want):
                 np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{host} {n}")
+
+
+class _ReturnOfAJoinOfOne(nn.Module):
+    """Fuzzer seed 121002, as generated: the early return yields `h` and `torch.cat(ts + [h], 0)` of
+    a list that is empty on that path, which IREE folds into `h` itself; the `if` widens the second
+    (the other side's is 4 rows long), so the two had other result types and were not copied apart,
+    and the VM lost one ref at the branch ("ref is null" in hal.buffer_view.create, every input).
+    They are told apart by their own types now (`control_flow.if_`)."""
+
+    def forward(self, x: torch.Tensor, s: float):
+        h = x
+        preds: List[Tuple[torch.Tensor, torch.Tensor]] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        ts: List[torch.Tensor] = []  # noqa: UP006
+        li: List[int] = []  # noqa: UP006
+        preds.append((h * 1.0, torch.softmax(h, 1).max(1)[0]))
+        if int(h.argmax()) > 5:
+            h = torch.tanh(h)
+            return h, preds, torch.cat(ts + [h], 0), li
+        h = h.clone()
+        h[:, :2] += 0.25
+        ts.append(h * 0.5)
+        li.append(int(h.argmax()))
+        return h, preds, torch.cat(ts + [h], 0), li
+
+
+def test_a_tensor_and_a_join_of_it_alone_leave_a_branch_as_two_buffers(tmp_path) -> None:
+    from tests.conftest import check_hosts, export_compiled
+
+    example = (torch.randn(2, 6, generator=torch.Generator().manual_seed(0)), 1.3)
+    _, scripted, compiled, python = export_compiled(tmp_path, _ReturnOfAJoinOfOne(), example, "join")
+    rows = set()
+    for seed in range(6):
+        x = torch.randn(2, 6, generator=torch.Generator().manual_seed(seed))
+        rows.add(check_hosts(scripted, (compiled, python), (x, 0.5))[2].shape[0])
+    assert rows == {2, 4}, rows  # both sides: the return (one tensor joined) and the other

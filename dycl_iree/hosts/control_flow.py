@@ -50,7 +50,12 @@ class ControlFlowEmitter:
             # A side that yields two tensors that may be one buffer (one value twice, or two stand-ins
             # IREE merges) gets a copy for the second: the VM moves the ref (`distinct`).
             yields = self.region_results(block, types)
-            yields = self.apart(self.distinct(self.widened(yields, types), types), carriers, alone=True)
+            # Two tensors of one type on the side may be one buffer even where the `if` widens
+            # one of them (fuzzer seed 121002: `h` and `torch.cat(ts + [h])` of an empty `ts`,
+            # which IREE folds into `h`; the second result is as long as the other side's rows):
+            # they are told apart by their own types.
+            own = [_own_type(arg, want) for arg, want in zip(block.results, types)]
+            yields = self.apart(self.distinct(self.widened(yields, types), types, keys=own), carriers, alone=True)
             suffix = f" {', '.join(yields)} : {', '.join(carriers)}" if types else ""
             self.emit(f"torch.prim.If.yield{suffix}")
             self.names, self.types = saved
@@ -221,7 +226,9 @@ class ControlFlowEmitter:
             name = self.narrowed(self.from_builtin(out, carrier), type_text)
             self.define(value, self.without_spare_row(name, type_text) if position in spare else name, type_text)
 
-    def distinct(self, names: list[str], types: list[str], by_type: bool = True) -> list[str]:
+    def distinct(
+        self, names: list[str], types: list[str], by_type: bool = True, keys: list[str] | None = None
+    ) -> list[str]:
         """`names`, each tensor that may be another's buffer made a buffer of its own.
 
         IREE 3.13's VM register allocator breaks a branch that passes one buffer in two block
@@ -242,12 +249,13 @@ class ControlFlowEmitter:
         off) are copied only where one name comes twice: they are the body's parameters (parted on
         entry), the results of its `if`s (parted at their sides) or what its segments compute; a
         copy by type there cost an elementwise pass per carried state and iteration (an LSTM's `h`
-        and `c` in `show_attend_tell`).
+        and `c` in `show_attend_tell`). `keys`, where given, are the types to compare instead (an
+        `if`'s sides: each yielded value's own type, which the `if`'s result type may widen).
         """
         seen: set[str] = set()
         parted = []
-        for name, type_text in zip(names, types):
-            key = type_text if by_type else name
+        for position, (name, type_text) in enumerate(zip(names, types)):
+            key = (keys[position] if keys is not None else type_text) if by_type else name
             if type_text.startswith("!torch.vtensor") and key in seen:
                 name = self.copied(name, type_text)
             seen.add(key)
@@ -754,3 +762,10 @@ def _builtin_type(type_text: str) -> str | None:
         return None
     shape = "x".join(dims.split(",")) if dims else ""
     return f"tensor<{shape}x{builtin}>" if shape else f"tensor<{builtin}>"
+
+
+def _own_type(arg: Arg, want: str) -> str:
+    """The MLIR type of the value a side of an `if` yields, before the `if`'s result type widens it."""
+    if isinstance(arg, Value) and isinstance(arg.type, TensorType):
+        return mlir_type(arg.type)
+    return want
