@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 import dycl_iree
 
+from .conftest import export_compiled
 from .published import torchaudio_tacotron2
 
 pytestmark = pytest.mark.published
@@ -109,11 +110,8 @@ def test_the_published_encoder_packs_and_runs_on_the_compiled_host(tacotron2, tm
 
 
 def test_infer_exports_with_the_compiled_host_and_stops_where_pytorch_stops(tacotron2, tmp_path):
-    bundle = dycl_iree.export(Infer(tacotron2), (torch.randint(0, 10, (2, TOKENS)), torch.tensor([TOKENS, 4])))
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "tacotron2.dycl")
-    hosts = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python")
-    scripted = torch.jit.script(Infer(tacotron2))
+    example = (torch.randint(0, 10, (2, TOKENS)), torch.tensor([TOKENS, 4]))
+    _, scripted, *hosts = export_compiled(tmp_path, Infer(tacotron2), example, "tacotron2")
     stops = set()
     generator = torch.Generator().manual_seed(0)
     for lengths in ([6, 4], [5, 5], [3, 1], [6, 6], [2, 2], [4, 3]):
@@ -131,11 +129,8 @@ def test_one_sentence_at_a_time_as_torchaudios_pipelines_run_it(tacotron2, tmp_p
     """A batch of one: the postnet's 1-D convolutions then run over a run-time number of frames with
     a batch of 1, which IREE's channels-last conversion fails to compile
     (`decompositions.convolution_1d_as_2d`)."""
-    bundle = dycl_iree.export(Infer(tacotron2), (torch.randint(0, 10, (1, TOKENS)), torch.tensor([TOKENS])))
-    assert bundle.host == "compiled", bundle.manifest["compiled_host_unsupported"]
-    path = bundle.save(tmp_path / "one.dycl")
-    hosts = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python")
-    scripted = torch.jit.script(Infer(tacotron2))
+    example = (torch.randint(0, 10, (1, TOKENS)), torch.tensor([TOKENS]))
+    _, scripted, *hosts = export_compiled(tmp_path, Infer(tacotron2), example, "one")
     stops = set()
     generator = torch.Generator().manual_seed(1)
     for _ in range(4):

@@ -606,9 +606,8 @@ def append_to_list(specializer: Any, items: Any, item: Any, source: str, name: s
     if isinstance(items, Value) and isinstance(items.type, ListType):
         value = specializer.new_value(ListType(items.type.element, (*items.type.hint, hint_of(item))), name)
         specializer.nodes.append(HostOp("aten::append.t", (items, item), (value,), source))
-        known = getattr(specializer, "known_lists", {})
-        if items in known and isinstance(item, Constant):
-            known[value] = (*known[items], item.value)
+        if items in specializer.known_lists and isinstance(item, Constant):
+            specializer.known_lists[value] = (*specializer.known_lists[items], item.value)
         return value
     raise SpecializeError(f"append to a list that was not created as a run-time list ({source})")
 
