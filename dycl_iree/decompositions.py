@@ -47,6 +47,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten._native_multi_head_attention.default] = multi_head_attention_as_its_python_path
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
+    for op, with_tensor in _SCALAR_COMPARISONS.items():
+        table[op] = compared_in_its_dtype(with_tensor)
     for op, rewrite in IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
@@ -936,6 +938,38 @@ _FLOAT32_IN_FLOAT64 = (
     aten.erf.default,
     aten.gelu.default,
 )
+
+
+_SCALAR_COMPARISONS = {
+    aten.lt.Scalar: aten.lt.Tensor,
+    aten.le.Scalar: aten.le.Tensor,
+    aten.gt.Scalar: aten.gt.Tensor,
+    aten.ge.Scalar: aten.ge.Tensor,
+    aten.eq.Scalar: aten.eq.Tensor,
+    aten.ne.Scalar: aten.ne.Tensor,
+}
+
+
+def compared_in_its_dtype(with_tensor: Any) -> Any:
+    """A comparison of a float tensor with a number (`aten.gt.Scalar` and its kind) as the comparison
+    `with_tensor` with a 0-d tensor of the tensor's dtype: PyTorch casts the number to that dtype
+    (`torch.tensor([0.1]) > 0.1` is False), while torch-mlir widens the tensor to float64 and
+    compares there (True: float32's 0.1 is 0.100000001...), so a mask or a decision at such a
+    threshold came out the other way. Other tensors, and numbers that are not Python ints, floats or
+    bools (a traced host float), keep the op.
+
+    >>> gt = compared_in_its_dtype(aten.gt.Tensor)
+    >>> gt(torch.tensor([0.1, 0.2]), 0.1).tolist(), gt(torch.tensor([1, 2]), 1)
+    ([False, True], NotImplemented)
+    """
+
+    def compare(input: torch.Tensor, other: Any) -> Any:
+        if not input.dtype.is_floating_point or type(other) not in (int, float, bool):
+            return NotImplemented
+        return with_tensor(input, aten.scalar_tensor(other, dtype=input.dtype, device=input.device))
+
+    compare.__name__ = f"{with_tensor.__name__.split('.')[0]}_in_its_dtype"
+    return compare
 
 
 def _in_float32_for_float64(op: Any, original: Any) -> Any:
