@@ -57,9 +57,13 @@ class LoweredModule:
 
 
 def lower(
-    program: Program, progress: Callable[[str], None] | None = None, only: Sequence[str] | None = None
+    program: Program,
+    progress: Callable[[str], None] | None = None,
+    only: Sequence[str] | None = None,
+    exported: list[Any] | None = None,
 ) -> LoweredModule:
-    """Import every segment of `program` (or those named in `only`) into one MLIR module."""
+    """Import every segment of `program` (or those named in `only`) into one MLIR module; `exported`,
+    if given, receives each segment's `ExportedProgram` (`explain_compile_error` reads its nodes)."""
     from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_dialect
     from torch_mlir.extras.fx_importer import FxImporter
@@ -83,6 +87,8 @@ def lower(
     with _EXPORT_LOCK, OVERRIDE.kept():
         _import_segments(program, only, progress, importer, constants, offsets, decompositions, exported_programs, ties)
     module = importer.module
+    if exported is not None:
+        exported.extend(exported_programs)
     return LoweredModule(module, context, _signatures(module), ties)
 
 
@@ -708,11 +714,12 @@ def explain_compile_error(program: Program, target: str, error: Exception) -> Ex
     from .errors import CompileError
 
     for segment in program.segments:
-        lowered = lower(program, only=[segment.name])
+        exported: list[Any] = []
+        lowered = lower(program, only=[segment.name], exported=exported)
         try:
             compile_module(module_bytecode(lowered.module), target)
         except CompileError as segment_error:
-            return _explain(segment, segment_error)
+            return _explain(segment, segment_error, exported[0] if exported else None)
     return error
 
 
@@ -736,11 +743,38 @@ def _explain(segment: Segment, error: Exception, exported: Any = None) -> Unsupp
     failed = _failed_node_op(segment, error, text, exported)
     if failed is not None:
         return UnsupportedOpError(failed.target, failed.source, segment.name, first_error_line(text))
+    diagnosed = _diagnosed_op(segment, text, exported)
+    if diagnosed is not None:
+        op, name = diagnosed
+        made = "" if name.split(".")[1] == op.target.split("::")[1].split(".")[0] else ", which its decomposition makes"
+        return UnsupportedOpError(op.target, op.source, segment.name, f"{first_error_line(text)} ({name}{made})")
     for op in segment.nodes:
         name = op.target.split("::")[1].split(".")[0]
         if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
             return UnsupportedOpError(op.target, op.source, segment.name, first_error_line(text))
     return _refused(segment, first_error_line(text))
+
+
+def _diagnosed_op(segment: Segment, text: str, exported: Any) -> tuple[Any, str] | None:
+    """The TensorOp whose exported nodes include the op an iree-compile diagnostic names, and that
+    name (`aten.erfinv`, or a `torch.operator`'s: `prims.scalar_tensor`), or None.
+
+    The diagnostic names the op torch-mlir could not convert, which a decomposition may have made
+    (xlogy's makes `prims.scalar_tensor`); each exported node knows the op it came from. The name
+    alone matched against the segment's ops found nothing there, and the error fell back to the
+    segment's first op."""
+    names = re.findall(r'name = "torch\.([\w.]+)"', text)
+    names += re.findall(r"failed to legalize operation 'torch\.((?:aten|prims)\.[\w.]+)'", text)
+    if not names or exported is None:
+        return None
+    name = names[0]
+    for node in exported.graph.nodes:
+        target = str(node.target) if node.op == "call_function" else ""
+        position = node.meta.get("custom", {}).get("dycl_op")
+        if (target == name or target.startswith(name + ".")) and isinstance(position, int):
+            if position < len(segment.nodes):
+                return segment.nodes[position], name
+    return None
 
 
 def _failed_node_op(segment: Segment, error: BaseException, text: str, exported: Any) -> Any:

@@ -44,6 +44,23 @@ def test_op_the_lowering_cannot_handle_is_named_with_source_line_and_segment() -
     assert "aten::histc" in str(error) and "in segment" in str(error)
 
 
+class _Entropy(nn.Module):
+    def forward(self, p: torch.Tensor) -> torch.Tensor:
+        q = p.softmax(0)
+        return torch.xlogy(q, 0.5) - q
+
+
+def test_an_op_a_decomposition_makes_is_blamed_on_the_op_it_came_from() -> None:
+    """xlogy's decomposition makes `prims.scalar_tensor`, which torch-mlir cannot lower; the error
+    names xlogy's line and that op, not the segment's first op (softmax)."""
+    with pytest.raises(UnsupportedOpError) as caught:
+        dycl_iree.export(_Entropy(), (torch.randn(4),))
+    error = caught.value
+    assert error.op == "aten::xlogy.Scalar_Other", str(error)
+    assert error.source.endswith("test_errors.py:" + str(_line_of("torch.xlogy(q, 0.5)")))
+    assert "prims.scalar_tensor, which its decomposition makes" in str(error)
+
+
 def _line_of(text: str) -> int:
     with open(__file__) as handle:
         for number, line in enumerate(handle, 1):
