@@ -34,6 +34,10 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.convolution.default] = convolution_channels_last
     table[aten.upsample_bilinear2d.default] = upsample_bilinear_as_matmul
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
+    for dims in ("1d", "2d", "3d"):
+        for name, exact in (("upsample_nearest", False), ("_upsample_nearest_exact", True)):
+            vec = getattr(aten, name + dims).vec
+            table[vec] = upsample_nearest_of_run_time_size(exact, table.get(vec))
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_channels_last
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
@@ -597,10 +601,10 @@ def upsample_bilinear_as_matmul(
         return NotImplemented
     batch, channels, height, width = input.shape
     out_h, out_w = output_size
-    if not all(isinstance(size, int) for size in (height, width, out_h, out_w)):
-        return NotImplemented
     rows = _interpolation_matrix(height, out_h, align_corners, scales_h, input.dtype)
     columns = _interpolation_matrix(width, out_w, align_corners, scales_w, input.dtype)
+    if rows is None or columns is None:
+        return NotImplemented
     planes = batch * channels
     across = aten.mm(input.reshape(planes * height, width), columns.t()).reshape(planes, height, out_w)
     out = aten.bmm(rows.expand(planes, out_h, height), across)
@@ -616,18 +620,94 @@ def _upsample_bilinear_vec(
     if output_size is None:
         if scale_factors is None or input.dim() != 4:
             return NotImplemented
-        # PyTorch's rule for the output size: floor(size * scale).
-        output_size = [int(size * scale) for size, scale in zip(input.shape[2:], scale_factors)]
+        output_size = [scaled_size(size, scale) for size, scale in zip(input.shape[2:], scale_factors)]
+        if None in output_size:
+            return NotImplemented
     scales = list(scale_factors) if scale_factors else [None, None]
     return upsample_bilinear_as_matmul(input, output_size, align_corners, *scales)
 
 
+def scaled_size(size: Any, scale: float) -> Any:
+    """PyTorch's output size of an upsampling by `scale`, floor(size * scale) in float64; for a size
+    known only at run time in int arithmetic, (size * p) // q with scale = p / q (q a power of two,
+    as every float is), which is that floor wherever size * p < 2^53; None for a scale of more
+    than 20 significant bits (0.3), where the float product rounds and the two may differ.
+
+    Written with floats, a run-time size becomes a `sym_float` that torch-mlir cannot import.
+
+    >>> scaled_size(7, 1.5), scaled_size(7, 0.5), scaled_size(10, 0.3)
+    (10, 3, 3)
+    """
+    if isinstance(size, int):
+        return math.floor(size * scale)
+    numerator, denominator = float(scale).as_integer_ratio()
+    if numerator >= 1 << 20:
+        return None
+    return (size * numerator) // denominator
+
+
+def upsample_nearest_of_run_time_size(exact: bool, original: Any) -> Any:
+    """`upsample_nearest*d.vec` (`exact`: nearest-exact's) by scale factors of an input whose size is
+    known only at run time (F.interpolate(x, scale_factor=2.0) with a dynamic height): the sizes
+    from `scaled_size`, each spatial dim gathered at PyTorch's source indices (`_nearest_sources`).
+    Other calls go to `original` (torch-mlir's decomposition, if any).
+
+    torch-mlir's lowering of the op given output sizes and scales picks the wrong rows where the
+    sizes are dynamic (a downsampling by 0.5 gave rows 0, 1, 2 of 6, not 0, 2, 4), and PyTorch's
+    decomposition makes a `sym_float` it cannot import.
+    """
+
+    def rewrite(input: torch.Tensor, output_size: Any, scale_factors: Any) -> Any:
+        spatial = input.shape[2:]
+        if output_size is None and scale_factors is not None and not all(isinstance(s, int) for s in spatial):
+            sizes = [scaled_size(size, scale) for size, scale in zip(spatial, scale_factors)]
+            if None not in sizes:
+                out = input
+                for dim, (size, out_size, scale) in enumerate(zip(spatial, sizes, scale_factors)):
+                    out = aten.index_select(out, dim + 2, _nearest_sources(size, out_size, scale, exact))
+                return out
+        return original(input, output_size, scale_factors) if original is not None else NotImplemented
+
+    rewrite.__name__ = "upsample_nearest_exact_of_run_time_size" if exact else "upsample_nearest_of_run_time_size"
+    return rewrite
+
+
+def _nearest_sources(in_size: Any, out_size: Any, scale: float, exact: bool) -> torch.Tensor:
+    """The input index each output index of a nearest (`exact`: nearest-exact) upsampling by `scale`
+    reads, as PyTorch's kernels compute it: floor(o * (float)(1 / scale)), or floor((o + 0.5) * ...)
+    for nearest-exact, in float32, at most in_size - 1; nearest's own shortcuts (the index itself
+    where the sizes are equal, o / 2 where the output is twice the input) kept.
+
+    >>> _nearest_sources(6, 3, 0.5, False).tolist(), _nearest_sources(4, 4, 1.2, False).tolist()
+    ([0, 2, 4], [0, 1, 2, 3])
+    """
+    positions = torch.arange(out_size, dtype=torch.float32)
+    source = aten.floor((positions + 0.5 if exact else positions) * (1.0 / scale)).to(torch.int64)
+    source = aten.minimum(source, aten.scalar_tensor(in_size - 1, dtype=torch.int64))
+    if exact:
+        return source
+    index = torch.arange(out_size, dtype=torch.int64)
+    same = aten.scalar_tensor(out_size, dtype=torch.int64) == aten.scalar_tensor(in_size, dtype=torch.int64)
+    double = aten.scalar_tensor(out_size, dtype=torch.int64) == aten.scalar_tensor(2 * in_size, dtype=torch.int64)
+    return aten.where.self(same, index, aten.where.self(double, index // 2, source))
+
+
 def _interpolation_matrix(
-    in_size: int, out_size: int, align_corners: bool, scale: float | None, dtype: torch.dtype
-) -> torch.Tensor:
+    in_size: Any, out_size: Any, align_corners: bool, scale: float | None, dtype: torch.dtype
+) -> torch.Tensor | None:
     """[out_size, in_size]: row o holds the weights of the input positions output o mixes, computed
-    as PyTorch's upsampling kernels do (source index, clamped, weight of the upper neighbour)."""
-    if align_corners:
+    as PyTorch's upsampling kernels do (source index, clamped, weight of the upper neighbour). A
+    size known only at run time gives a matrix of run-time size, its step a float32 tensor (the
+    kernels' own float division) where the sizes set it; None where a size is neither."""
+    static = isinstance(in_size, int) and isinstance(out_size, int)
+    if not static and not all(isinstance(size, (int, torch.SymInt)) for size in (in_size, out_size)):
+        return None
+    if not static and (align_corners or scale is None or scale <= 0):
+        before, after = (in_size - 1, out_size - 1) if align_corners else (in_size, out_size)
+        denominator = aten.scalar_tensor(after, dtype=torch.float32)
+        ratio = aten.div(aten.scalar_tensor(before, dtype=torch.float32), denominator)
+        step: Any = aten.where.self(denominator > 0, ratio, aten.zeros_like(ratio))
+    elif align_corners:
         step = (in_size - 1.0) / (out_size - 1.0) if out_size > 1 else 0.0
     else:
         step = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
@@ -635,7 +715,7 @@ def _interpolation_matrix(
     source = step * position if align_corners else step * (position + 0.5) - 0.5
     source = source.clamp(min=0.0)
     lower = source.to(torch.int64)
-    upper = (lower + 1).clamp(max=in_size - 1)
+    upper = aten.minimum(lower + 1, aten.scalar_tensor(in_size - 1, dtype=torch.int64))
     weight = (source - lower).clamp(0.0, 1.0)
     index = torch.arange(in_size).reshape(1, in_size)
     matrix = (index == lower.reshape(-1, 1)) * (1.0 - weight).reshape(-1, 1)

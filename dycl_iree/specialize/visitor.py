@@ -478,6 +478,10 @@ class _Specializer(
             return self.visit_host_op(node, overload, entries, source)
         if overload is None:
             raise UnsupportedOpError(kind, source, detail="no matching aten overload")
+        # A host list of known items (`[scale_factor for _ in range(dim)]`, F.interpolate's, which
+        # TorchScript builds by appends) is read as those items, as host ops read it.
+        known = self.known_lists
+        entries = [Constant(list(known[e])) if isinstance(e, Value) and e in known else e for e in entries]
         return self.visit_tensor_op(node, overload, entries, source)
 
     def visit_tensor_op(self, node: torch._C.Node, overload: Any, entries: list, source: str) -> None:
