@@ -672,17 +672,48 @@ def upsample_nearest_of_run_time_size(exact: bool, original: Any) -> Any:
     return rewrite
 
 
-def _nearest_sources(in_size: Any, out_size: Any, scale: float, exact: bool) -> torch.Tensor:
+# The nearest upsamplings given output sizes, and whether each is nearest-exact: given scales too,
+# `lower._segment_graph` writes them as `upsample_nearest_by_given_scales`.
+NEAREST_BY_SIZES = {
+    **{getattr(aten, f"upsample_nearest{dims}").default: False for dims in ("1d", "2d", "3d")},
+    **{getattr(aten, f"_upsample_nearest_exact{dims}").default: True for dims in ("1d", "2d", "3d")},
+}
+
+
+def upsample_nearest_by_given_scales(exact: bool, input: torch.Tensor, output_size: Any, *scales: Any) -> torch.Tensor:
+    """`upsample_nearest*d` (`exact`: nearest-exact's) given output sizes and scales
+    (`torch._C._nn.upsample_nearest2d(y, [3, 5], 0.5, 0.5)`), each spatial dim gathered at the
+    source indices PyTorch computes from its scale (`_nearest_sources`). torch-mlir's lowering of
+    the op read rows 0, 1, 2 of 6 there, where PyTorch reads 0, 2, 4; torch.export does not pass
+    the op to a decomposition table, so the segment's graph calls this instead.
+
+    >>> y = torch.arange(12.0).reshape(1, 1, 6, 2)
+    >>> upsample_nearest_by_given_scales(False, y, [3, 2], 0.5, None)[0, 0, :, 0].tolist()
+    [0.0, 4.0, 8.0]
+    """
+    out = input
+    for dim, (size, out_size, scale) in enumerate(zip(input.shape[2:], output_size, scales)):
+        out = aten.index_select(out, dim + 2, _nearest_sources(size, out_size, scale, exact))
+    return out
+
+
+def _nearest_sources(in_size: Any, out_size: Any, scale: float | None, exact: bool) -> torch.Tensor:
     """The input index each output index of a nearest (`exact`: nearest-exact) upsampling by `scale`
     reads, as PyTorch's kernels compute it: floor(o * (float)(1 / scale)), or floor((o + 0.5) * ...)
-    for nearest-exact, in float32, at most in_size - 1; nearest's own shortcuts (the index itself
-    where the sizes are equal, o / 2 where the output is twice the input) kept.
+    for nearest-exact, in float32 (without a scale, the step is in_size / out_size in float32), at
+    most in_size - 1; nearest's own shortcuts (the index itself where the sizes are equal, o / 2
+    where the output is twice the input) kept.
 
     >>> _nearest_sources(6, 3, 0.5, False).tolist(), _nearest_sources(4, 4, 1.2, False).tolist()
     ([0, 2, 4], [0, 1, 2, 3])
     """
     positions = torch.arange(out_size, dtype=torch.float32)
-    source = aten.floor((positions + 0.5 if exact else positions) * (1.0 / scale)).to(torch.int64)
+    if scale is not None and scale > 0:
+        step: Any = 1.0 / scale
+    else:
+        sizes = (aten.scalar_tensor(size, dtype=torch.float32) for size in (in_size, out_size))
+        step = aten.div(*sizes)
+    source = aten.floor((positions + 0.5 if exact else positions) * step).to(torch.int64)
     source = aten.minimum(source, aten.scalar_tensor(in_size - 1, dtype=torch.int64))
     if exact:
         return source

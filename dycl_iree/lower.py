@@ -35,7 +35,13 @@ import torch.fx as fx
 from torch.export import Dim
 
 from . import winograd
-from .decompositions import decomposition_table, depthwise_convolution_activated, one_row_linear
+from .decompositions import (
+    NEAREST_BY_SIZES,
+    decomposition_table,
+    depthwise_convolution_activated,
+    one_row_linear,
+    upsample_nearest_by_given_scales,
+)
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
 from .one_trace import OVERRIDE, split_table
@@ -501,6 +507,9 @@ def _segment_graph(
             node = graph.call_function(winograd.convolution_with_transformed_filter, winograd_args)
         elif linear is not None:
             node = graph.call_function(linear, tuple(args), kwargs)
+        elif (scales := _given_scales(overload, args, kwargs)) is not None:
+            nearest = (NEAREST_BY_SIZES[overload], *args[:2], *scales)
+            node = graph.call_function(upsample_nearest_by_given_scales, nearest)
         else:
             node = graph.call_function(overload, tuple(args), kwargs)
         # torch.export renames nodes but keeps "custom" metadata: how `_explain` finds the op.
@@ -512,6 +521,16 @@ def _segment_graph(
                 env[output] = graph.call_function(operator.getitem, (node, position))
     graph.output(tuple(env[r] for r in segment.results))
     return fx.GraphModule(root, graph), examples, dynamic
+
+
+def _given_scales(overload: Any, args: list, kwargs: dict) -> list | None:
+    """The scale arguments of a nearest upsampling given output sizes (`NEAREST_BY_SIZES`), those
+    after its output size in order, where any is given; None otherwise."""
+    if overload not in NEAREST_BY_SIZES:
+        return None
+    names = [argument.name for argument in overload._schema.arguments][2:]
+    scales = [kwargs.get(name, args[2 + i] if 2 + i < len(args) else None) for i, name in enumerate(names)]
+    return scales if any(scale is not None for scale in scales) else None
 
 
 def _refuse_specialized_dims(segment: Segment, exported: Any) -> list[SizeTie]:

@@ -89,3 +89,27 @@ def test_feature_pyramid_over_run_time_sizes(tmp_path) -> None:
     for sizes in (((16, 12), (8, 6), (4, 3)), ((15, 11), (8, 6), (4, 3)), ((20, 9), (10, 5), (5, 2))):
         inputs = tuple(torch.randn(1, channels, *size) for channels, size in zip((2, 3, 5), sizes))
         check_hosts(scripted, [compiled, python], inputs)
+
+
+class GivenScales(nn.Module):
+    """The nearest kernels called with output sizes and scales both, as code written against
+    `torch._C._nn` does: the scales pick the source rows (PyTorch reads rows 0, 2, 4 of 6 here)."""
+
+    def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        half = [y.size(2) // 2, y.size(3) // 2]
+        return (
+            torch._C._nn.upsample_nearest2d(y, half, 0.5, 0.5),
+            torch._C._nn._upsample_nearest_exact2d(y, half, 0.5, None),
+        )
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_nearest_given_sizes_and_scales_reads_the_rows_the_scales_pick(tmp_path, dynamic: bool) -> None:
+    model = GivenScales().eval()
+    example = (torch.arange(60.0).reshape(1, 1, 6, 10),)
+    shapes = [{2: "h", 3: "w"}] if dynamic else None
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "scales", shapes)
+    want = check_hosts(scripted, [compiled, python], example)
+    assert want[0][0, 0, :, 0].tolist() == [0.0, 20.0, 40.0]  # the premise: rows 0, 2, 4
+    if dynamic:
+        check_hosts(scripted, [compiled, python], (torch.arange(63.0).reshape(1, 1, 7, 9),))
