@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,8 @@ def decomposition_table() -> dict[Any, Any]:
             table[vec] = upsample_nearest_of_run_time_size(exact, table.get(vec))
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_channels_last
+    for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default):
+        table[op] = adaptive_max_pool_of_uneven_windows(table.get(op))
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
         table[op] = _filled_unless_static(table.get(op), fill_value)
     table.update(KEEPING_NAN)
@@ -851,6 +854,69 @@ def avg_pool_as_reduction(
     if kernel is None or divisor_override is not None:
         return NotImplemented
     return _nchw(aten.mean.dim(aten.mean.dim(_windows_nhwc(input, *kernel), [4]), [2]))
+
+
+def adaptive_max_pool_of_uneven_windows(original: Any) -> Any:
+    """`adaptive_max_pool1d` / `2d` of a static size that the output size does not divide: each
+    output element the max of its window, PyTorch's [floor(i * L / n), ceil((i + 1) * L / n)), taken
+    one spatial dim after the other (the max of a rectangle is the max of its rows' maxima); the
+    indices, where anything reads them, one window at a time (`_window_indices`). Other calls go to
+    `original` (torch-mlir's decomposition, if any).
+
+    torch-mlir lowers such a pooling to a kernel that checks at run time that every window has one
+    size: the bundle exported and then failed every call ("FAILED_PRECONDITION; unimplemented: only
+    support cases with fixed stride size").
+
+    >>> x = torch.randn(1, 2, 15, 7)
+    >>> values, indices = adaptive_max_pool_of_uneven_windows(None)(x, [4, 3])
+    >>> expected = torch.nn.functional.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+    >>> torch.equal(values, expected[0]), torch.equal(indices, expected[1])
+    (True, True)
+    """
+
+    def rewrite(input: torch.Tensor, output_size: Sequence[int]) -> Any:
+        spatial = list(input.shape[input.dim() - len(output_size) :])
+        uneven = any(size % out for size, out in zip(spatial, output_size))
+        if not uneven or not all(isinstance(size, int) for size in spatial) or not input.dtype.is_floating_point:
+            return original(input, output_size) if original is not None else NotImplemented
+        first = input.dim() - len(spatial)
+        windows = [_adaptive_windows(size, out) for size, out in zip(spatial, output_size)]
+        values = input
+        for dim, bounds in enumerate(windows, first):
+            pieces = [aten.amax(aten.slice(values, dim, start, end), [dim], True) for start, end in bounds]
+            values = aten.cat(pieces, dim)
+        return values, _window_indices(input, windows)
+
+    rewrite.__name__ = "adaptive_max_pool_of_uneven_windows"
+    return rewrite
+
+
+def _adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling windows: output i reads [floor(i * size / out), ceil((i + 1) * size / out))."""
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _window_indices(input: torch.Tensor, windows: list[list[tuple[int, int]]]) -> torch.Tensor:
+    """The flat spatial index of each window's max, as PyTorch's kernel picks it: the first max, or
+    the last NaN where the window holds one (it moves to every NaN it meets)."""
+    first = input.dim() - len(windows)
+    spatial = input.shape[first:]
+    cells = []
+    for corner in itertools.product(*windows):
+        window = input
+        for dim, (start, end) in enumerate(corner, first):
+            window = aten.slice(window, dim, start, end)
+        flat = window.flatten(first)
+        length = flat.shape[-1]
+        nan = aten.isnan(flat)
+        last_nan = (length - 1) - aten.argmax(aten.flip(nan.to(torch.int32), [-1]), -1)
+        local = aten.where.self(nan.any(-1), last_nan, aten.argmax(flat, -1))
+        lengths = [end - start for start, end in corner]
+        index = 0
+        for dim, ((start, _), size) in enumerate(zip(corner, spatial)):  # unravel in the window, ravel in the input
+            index = index * size + start + (local // math.prod(lengths[dim + 1 :])) % lengths[dim]
+        cells.append(index)
+    return aten.stack(cells, -1).reshape(*input.shape[:first], *(len(bounds) for bounds in windows))
 
 
 def max_pool_channels_last(
