@@ -41,6 +41,7 @@ def decomposition_table() -> dict[Any, Any]:
             table[vec] = upsample_nearest_of_run_time_size(exact, table.get(vec))
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_channels_last
+    table[aten.group_norm.default] = group_norm_of_run_time_size(table.get(aten.group_norm.default))
     for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default):
         table[op] = adaptive_max_pool_of_uneven_windows(table.get(op))
     for op, fill_value in ((aten.zeros.default, 0.0), (aten.ones.default, 1.0), (aten.full.default, None)):
@@ -854,6 +855,59 @@ def avg_pool_as_reduction(
     if kernel is None or divisor_override is not None:
         return NotImplemented
     return _nchw(aten.mean.dim(aten.mean.dim(_windows_nhwc(input, *kernel), [4]), [2]))
+
+
+def group_norm_of_run_time_size(original: Any) -> Any:
+    """`group_norm` of an input whose sizes past the channels are known only at run time, as
+    `group_norm_by_channel_groups`; other calls go to `original` (torch-mlir's decomposition).
+
+    PyTorch's decomposition views the input [N, C, H, W] as [N, G, 1, H * W]; over a run-time H and W,
+    IREE 3.13 typed that view's input as [N, C, 1, W], and both hosts failed every call ("tensor
+    shape dimension 2 mismatch; expected 1 but have 3")."""
+
+    def rewrite(
+        input: torch.Tensor,
+        num_groups: int,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        eps: float = 1e-5,
+        cudnn_enabled: bool = True,
+    ) -> Any:
+        channels, rest = input.shape[1], input.shape[2:]
+        if all(isinstance(size, int) for size in rest) or not isinstance(channels, int) or channels % num_groups:
+            args = (input, num_groups, weight, bias, eps, cudnn_enabled)
+            return original(*args) if original is not None else NotImplemented
+        return group_norm_by_channel_groups(input, num_groups, weight, bias, eps)
+
+    rewrite.__name__ = "group_norm_of_run_time_size"
+    return rewrite
+
+
+def group_norm_by_channel_groups(
+    input: torch.Tensor, num_groups: int, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    """`group_norm` with the channels split into [groups, channels per group] (static sizes), the
+    mean and biased variance over a group's channels and every size after them, then the
+    per-channel affine: no view joins a run-time size with another.
+
+    >>> x, w, b = torch.randn(2, 6, 3, 5), torch.randn(6), torch.randn(6)
+    >>> out = group_norm_by_channel_groups(x, 3, w, b, 1e-5)
+    >>> torch.allclose(out, torch.nn.functional.group_norm(x, 3, w, b), atol=1e-5)
+    True
+    """
+    batch, channels, *rest = input.shape
+    grouped = input.reshape(batch, num_groups, channels // num_groups, *rest)
+    dims = list(range(2, grouped.dim()))
+    mean = aten.mean.dim(grouped, dims, True)
+    centered = grouped - mean
+    variance = aten.mean.dim(centered * centered, dims, True)
+    out = (centered * aten.rsqrt(variance + eps)).reshape(input.shape)
+    shape = [1, channels] + [1] * len(rest)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
 
 
 def adaptive_max_pool_of_uneven_windows(original: Any) -> Any:

@@ -225,7 +225,12 @@ class TensorLists:
         ):
             raise UnsupportedOpError(kind, source, detail="on a list of tensors whose length is known only at run time")
         lists = [e if isinstance(e, ListArg) else e.value for e in entries]
-        items = [e.items if isinstance(e, ListArg) else None for e in entries]
+        # A constant list's items as constants: `[n * c // g, g] + list(x.size()[2:])` (group_norm's
+        # batch check) adds a list holding run-time sizes to one that may be all constants.
+        items = [
+            e.items if isinstance(e, ListArg) else tuple(map(Constant, e.value)) if isinstance(e.value, list) else None
+            for e in entries
+        ]
         if kind == "aten::add":
             result = items[0] + items[1]
         elif kind == "aten::mul":
