@@ -862,8 +862,9 @@ def group_norm_of_run_time_size(original: Any) -> Any:
     `group_norm_by_channel_groups`; other calls go to `original` (torch-mlir's decomposition).
 
     PyTorch's decomposition views the input [N, C, H, W] as [N, G, 1, H * W]; over a run-time H and W,
-    IREE 3.13 typed that view's input as [N, C, 1, W], and both hosts failed every call ("tensor
-    shape dimension 2 mismatch; expected 1 but have 3")."""
+    that view's lowering (torch-mlir's, in IREE 3.13's input conversion) typed its input as
+    [N, C, 1, W], and both hosts failed every call ("tensor shape dimension 2 mismatch; expected 1
+    but have 3")."""
 
     def rewrite(
         input: torch.Tensor,

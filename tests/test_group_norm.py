@@ -2,7 +2,7 @@
 
 Before, `F.group_norm`'s own batch check (`[N * C // G, G] + list(x.size()[2:])`) failed the
 export with a TypeError inside the exporter, and past it PyTorch's decomposition (a view to
-[N, G, 1, H * W]) made IREE type the input [N, C, 1, W]: both hosts failed every call.
+[N, G, 1, H * W]) was lowered with its input typed [N, C, 1, W]: both hosts failed every call.
 """
 
 from __future__ import annotations
