@@ -738,7 +738,7 @@ def explain_compile_error(program: Program, target: str, error: Exception) -> Ex
         try:
             compile_module(module_bytecode(lowered.module), target)
         except CompileError as segment_error:
-            return _explain(segment, segment_error, exported[0] if exported else None)
+            return _explain(segment, segment_error, exported[0] if exported else None, compiling=True)
     return error
 
 
@@ -751,7 +751,7 @@ def module_bytecode(module: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _explain(segment: Segment, error: Exception, exported: Any = None) -> UnsupportedOpError:
+def _explain(segment: Segment, error: Exception, exported: Any = None, compiling: bool = False) -> UnsupportedOpError:
     """Name the op (and its source line) that the error is about, as well as we can tell.
 
     torch.export and its decompositions say which graph node they were executing when an op
@@ -767,11 +767,25 @@ def _explain(segment: Segment, error: Exception, exported: Any = None) -> Unsupp
         op, name = diagnosed
         made = "" if name.split(".")[1] == op.target.split("::")[1].split(".")[0] else ", which its decomposition makes"
         return UnsupportedOpError(op.target, op.source, segment.name, f"{first_error_line(text)} ({name}{made})")
+    # An op named in the text as `aten.x`, `aten::x` or `torch.aten.x`: a bare name matched words
+    # of the tool's own output ("to" in "... in your environment to save all artifacts").
     for op in segment.nodes:
         name = op.target.split("::")[1].split(".")[0]
-        if re.search(rf"\b(aten[.:]+)?{re.escape(name)}\b", text):
+        if re.search(rf"\baten(?:\.|::){re.escape(name)}\b", text):
             return UnsupportedOpError(op.target, op.source, segment.name, first_error_line(text))
+    if compiling and len(segment.nodes) > 1:
+        # iree-compile named no op of the segment ("'memref.alloca' op expected no unbounded stack
+        # allocations", or a constant an unlowered op reads): every op is a suspect, none is blamed.
+        return UnsupportedOpError(_suspects(segment), "", segment.name, first_error_line(text))
     return _refused(segment, first_error_line(text))
+
+
+def _suspects(segment: Segment, shown: int = 6) -> str:
+    """"one of aten::a (m.py:3), aten::b (m.py:4) and 5 more": a segment's ops, where an error names
+    none of them."""
+    listed = [f"{op.target} ({op.source})" if op.source else op.target for op in segment.nodes[:shown]]
+    more = len(segment.nodes) - shown
+    return "one of " + ", ".join(listed) + (f" and {more} more" if more > 0 else "")
 
 
 def _diagnosed_op(segment: Segment, text: str, exported: Any) -> tuple[Any, str] | None:
