@@ -55,8 +55,9 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten._native_multi_head_attention.default] = multi_head_attention_as_its_python_path
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
-    for op, with_tensor in _SCALAR_COMPARISONS.items():
-        table[op] = compared_in_its_dtype(with_tensor)
+    table[aten.fmod.Tensor] = fmod_of_float32_in_float64
+    for op, with_tensor in (*_SCALAR_COMPARISONS.items(), *_SCALAR_OPERANDS.items()):
+        table[op] = with_number_in_its_dtype(with_tensor)
     for op, rewrite in IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
@@ -1180,28 +1181,49 @@ _SCALAR_COMPARISONS = {
     aten.eq.Scalar: aten.eq.Tensor,
     aten.ne.Scalar: aten.ne.Tensor,
 }
+# Ops with a number that torch-mlir has no lowering of ("failed to legalize operation
+# 'torch.constant.float'"), taken as the op with a 0-d tensor of the tensor's dtype, as PyTorch
+# casts the number: `torch.fmod(x, 0.3)`.
+_SCALAR_OPERANDS = {aten.fmod.Scalar: aten.fmod.Tensor}
 
 
-def compared_in_its_dtype(with_tensor: Any) -> Any:
-    """A comparison of a float tensor with a number (`aten.gt.Scalar` and its kind) as the comparison
-    `with_tensor` with a 0-d tensor of the tensor's dtype: PyTorch casts the number to that dtype
-    (`torch.tensor([0.1]) > 0.1` is False), while torch-mlir widens the tensor to float64 and
-    compares there (True: float32's 0.1 is 0.100000001...), so a mask or a decision at such a
-    threshold came out the other way. Other tensors, and numbers that are not Python ints, floats or
-    bools (a traced host float), keep the op.
+def with_number_in_its_dtype(with_tensor: Any) -> Any:
+    """An op of a float tensor and a number (`aten.gt.Scalar` and its kind, `aten.fmod.Scalar`) as
+    the op `with_tensor` with a 0-d tensor of the tensor's dtype, as PyTorch casts the number.
 
-    >>> gt = compared_in_its_dtype(aten.gt.Tensor)
+    torch-mlir widens the tensor to float64 to compare it with a number, where PyTorch compares in
+    the tensor's dtype: `torch.tensor([0.1]) > 0.1` is False in PyTorch and was True in a bundle
+    (float32's 0.1 is 0.100000001...), so a mask or a decision at such a threshold came out the
+    other way. It has no lowering of `fmod.Scalar` at all. Other tensors, and numbers that are not
+    Python ints, floats or bools (a traced host float), keep the op.
+
+    >>> gt = with_number_in_its_dtype(aten.gt.Tensor)
     >>> gt(torch.tensor([0.1, 0.2]), 0.1).tolist(), gt(torch.tensor([1, 2]), 1)
     ([False, True], NotImplemented)
     """
 
-    def compare(input: torch.Tensor, other: Any) -> Any:
+    def rewrite(input: torch.Tensor, other: Any) -> Any:
         if not input.dtype.is_floating_point or type(other) not in (int, float, bool):
             return NotImplemented
         return with_tensor(input, aten.scalar_tensor(other, dtype=input.dtype, device=input.device))
 
-    compare.__name__ = f"{with_tensor.__name__.split('.')[0]}_in_its_dtype"
-    return compare
+    rewrite.__name__ = f"{with_tensor.__name__.split('.')[0]}_with_number_in_its_dtype"
+    return rewrite
+
+
+def fmod_of_float32_in_float64(input: torch.Tensor, other: torch.Tensor) -> Any:
+    """`fmod` of float32 tensors, computed in float64 and rounded back. IREE 3.13 computes a float
+    remainder as a - b * trunc(a / b) in the operands' type, where a / b may round to the next
+    integer: `torch.fmod(3.0, 0.3)` gave -1.2e-7, PyTorch (C's fmod, exact) 0.2999999. Of float32
+    operands, the float64 quotient is exact enough for trunc wherever |a / b| < 2^29, and b times it
+    and the difference are exact. Other dtypes keep the op.
+
+    >>> fmod_of_float32_in_float64(torch.tensor([3.0, -3.0]), torch.tensor([0.3, 0.3])).tolist()
+    [0.2999998927116394, -0.2999998927116394]
+    """
+    if input.dtype != torch.float32 or not isinstance(other, torch.Tensor) or other.dtype != torch.float32:
+        return NotImplemented
+    return aten.fmod.Tensor(input.to(torch.float64), other.to(torch.float64)).to(torch.float32)
 
 
 def _in_float32_for_float64(op: Any, original: Any) -> Any:

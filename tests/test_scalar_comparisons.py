@@ -5,7 +5,7 @@ float32 is the tensor's own value. torch-mlir lowers `aten.gt.Scalar` and its ki
 tensor to float64 and comparing with the number in float64, where float32's 0.1 (0.100000001...) is
 greater than 0.1: masks and decisions at such a threshold came out the other way, silently. The
 exporter decomposes those comparisons into ones with a 0-d tensor of the tensor's dtype
-(`decompositions.compared_in_its_dtype`).
+(`decompositions.with_number_in_its_dtype`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from .conftest import check_hosts, export_compiled
 class Thresholds(nn.Module):
     """Each comparison of a float32 tensor with a number that float32 rounds, as a mask and as a
     decision: the six operators, with floats and ints, and a clamp and a ReLU6 (whose comparisons
-    with their bounds the exporter writes with the same ops, `nan_keeping.clamp_keeping_nan`)."""
+    with their bounds the exporter writes with the same ops, `nan_keeping.clamp_keeping_nan`), and
+    `fmod` by a number, which torch-mlir does not lower."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,7 +35,7 @@ class Thresholds(nn.Module):
         else:
             y = x - 1.0
         clamped = torch.nn.functional.relu6(self.linear(x) * 10.0) + torch.clamp(x, 0.1, 0.7)
-        return masks, y, clamped
+        return masks, y, clamped + torch.fmod(x, 0.3)  # fmod.Scalar: no lowering of its own
 
 
 def test_a_float32_tensor_compared_with_a_number_is_compared_in_float32(tmp_path):
@@ -51,3 +52,23 @@ def test_a_float32_tensor_compared_with_a_number_is_compared_in_float32(tmp_path
     assert dict(python.decisions[label]) == {False: 1, True: 1}, python.decisions
     masks = scripted(at_thresholds)[0]
     assert masks[0, 0].item() == 0.0  # the premise: 0.1 > 0.1 is False in float32 (True in float64)
+
+
+class Remainders(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.fmod(x, y), torch.fmod(x, 0.3), torch.remainder(x, y)
+
+
+def test_fmod_near_a_multiple_is_pytorchs_exact_remainder(tmp_path):
+    """3.0 / 0.3 rounds to 10 in float32: IREE's a - b * trunc(a / b) gave -1.2e-7 for fmod(3.0, 0.3),
+    where PyTorch's (C's fmod) gives 0.2999999; the exporter computes float32 fmod in float64
+    (`decompositions.fmod_of_float32_in_float64`)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.tensor([3.0, -3.0, 6.0, 0.9, 7.5, 1e6]), torch.randn(58) * 100])
+    y = torch.full_like(x, 0.3)
+    _, scripted, compiled, python = export_compiled(tmp_path, Remainders().eval(), (x, y), "remainders")
+    want = check_hosts(scripted, [compiled, python], (x, y))
+    assert want[0][0].item() > 0.29  # the premise: PyTorch's fmod(3.0, 0.3) is 0.2999999
+    for host in (compiled, python):  # bit for bit
+        for got, expected in zip(host(x.numpy(), y.numpy()), want):
+            assert (got == expected.numpy()).all()
