@@ -56,6 +56,10 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
     table[aten.fmod.Tensor] = fmod_of_float32_in_float64
+    for dims in ("1d", "2d", "3d"):
+        for name, reflect in (("reflection_pad", True), ("replication_pad", False)):
+            op = getattr(aten, name + dims).default
+            table[op] = edge_pad_of_run_time_size(reflect, table.get(op))
     for op, with_tensor in (*_SCALAR_COMPARISONS.items(), *_SCALAR_OPERANDS.items()):
         table[op] = with_number_in_its_dtype(with_tensor)
     for op, rewrite in IN_RANGE.items():
@@ -1209,6 +1213,47 @@ def with_number_in_its_dtype(with_tensor: Any) -> Any:
 
     rewrite.__name__ = f"{with_tensor.__name__.split('.')[0]}_with_number_in_its_dtype"
     return rewrite
+
+
+def edge_pad_of_run_time_size(reflect: bool, original: Any) -> Any:
+    """Reflection (`reflect`) or replication padding of an input whose padded sizes are known only at
+    run time, as `edge_padded`; other calls go to `original` (torch-mlir's decomposition).
+
+    That decomposition subtracts an index tensor from the size, which the importer wrote as
+    `aten.sub.Tensor` of an int (an invalid op; the compiled host's inlining failed on it), and
+    torch-mlir's own kernel of the op failed to compile over run-time sizes."""
+
+    def rewrite(input: torch.Tensor, padding: Sequence[int]) -> Any:
+        padded = input.shape[input.dim() - len(padding) // 2 :]
+        if all(isinstance(size, int) for size in padded) or not all(isinstance(pad, int) for pad in padding):
+            return original(input, padding) if original is not None else NotImplemented
+        return edge_padded(input, padding, reflect)
+
+    rewrite.__name__ = "reflection_pad_of_run_time_size" if reflect else "replication_pad_of_run_time_size"
+    return rewrite
+
+
+def edge_padded(input: torch.Tensor, padding: Sequence[int], reflect: bool) -> torch.Tensor:
+    """`input` padded by reflection (`reflect`) or replication: each padded dim gathered at the
+    indices the mode reads, computed with the dim's size as a 0-d tensor. A padding of at least the
+    size, which PyTorch refuses, reads the edge here (the indices are clamped).
+
+    >>> x = torch.arange(5.0).reshape(1, 1, 5)
+    >>> edge_padded(x, [2, 1], True).tolist(), torch.nn.functional.pad(x, (2, 1), mode="reflect").tolist()
+    ([[[2.0, 1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 3.0]]], [[[2.0, 1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 3.0]]])
+    """
+    out = input
+    for axis in range(len(padding) // 2):  # padding is (last dim's before, after, the dim before it's, ...)
+        before, after = padding[2 * axis], padding[2 * axis + 1]
+        dim = input.dim() - 1 - axis
+        size = input.shape[dim]
+        last = aten.scalar_tensor(size - 1, dtype=torch.int64)
+        index = torch.arange(-before, size + after, dtype=torch.int64)
+        if reflect:
+            index = last - aten.abs(last - aten.abs(index))
+        index = aten.minimum(aten.maximum(index, aten.zeros_like(last)), last)
+        out = aten.index_select(out, dim, index)
+    return out
 
 
 def fmod_of_float32_in_float64(input: torch.Tensor, other: torch.Tensor) -> Any:

@@ -122,11 +122,22 @@ def _import_segments(
                 ties.extend(_refuse_specialized_dims(segment, exported))
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
+                _verify_function(importer.module, segment.name)
         except UnsupportedOpError:
             raise
         except Exception as error:
             OVERRIDE.release()  # what explains the error runs with torch's own kernels
             raise _explain(segment, error, exported) from error
+
+
+def _verify_function(module: Any, name: str) -> None:
+    """Verify the function the importer just made: it can write an invalid op (`aten.sub.Tensor` of
+    an int, from a decomposition's `size - index`), which otherwise failed a later pass with a bare
+    MLIRError; raised here, the error names the op it came from (`_explain`)."""
+    for operation in module.body.operations:
+        if "sym_name" in operation.attributes and operation.attributes["sym_name"].value == name:
+            operation.verify()
+            return
 
 
 def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any) -> Any:
@@ -798,6 +809,7 @@ def _diagnosed_op(segment: Segment, text: str, exported: Any) -> tuple[Any, str]
     segment's first op."""
     names = re.findall(r'name = "torch\.([\w.]+)"', text)
     names += re.findall(r"failed to legalize operation 'torch\.((?:aten|prims)\.[\w.]+)'", text)
+    names += re.findall(r"'torch\.((?:aten|prims)\.[\w.]+)' op ", text)  # the verifier's
     if not names or exported is None:
         return None
     name = names[0]
