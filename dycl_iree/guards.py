@@ -116,7 +116,37 @@ def _checks(segment: Segment, call: SegmentCall, built: dict[Value, HostOp], fre
             source = built[on_host[indices]].source or op.source
             for item in items:
                 check(item, Constant(0), size, f"IndexError: index out of range in {name}", source)
+        elif (reflection := _reflection_padding(op)) is not None:
+            # A reflection by at least a run-time size: PyTorch refuses it; the gather would clamp.
+            tensor, padding = reflection
+            for axis in range(len(padding) // 2):
+                dim = len(_shape(tensor)) - 1 - axis
+                size = size_of(tensor, dim) if _shape(tensor)[dim] is None else None
+                if size is not None:
+                    widest = Constant(max(padding[2 * axis], padding[2 * axis + 1]))
+                    check(widest, Constant(0), size, _REFLECTION_TOO_WIDE, op.source)
     return checks
+
+
+_REFLECTION_TOO_WIDE = (
+    "RuntimeError: Argument #4: Padding size should be less than the corresponding input dimension"
+)
+
+
+def _reflection_padding(op: TensorOp) -> tuple[Arg, list[int]] | None:
+    """(input, padding) of a reflection pad (`F.pad(x, p, "reflect")`, `reflection_pad*d`) whose
+    padding is constant, or None."""
+    if op.target == "aten::pad.default" and len(op.args) > 2:
+        if not (isinstance(op.args[2], Constant) and op.args[2].value == "reflect"):
+            return None
+    elif not op.target.startswith("aten::reflection_pad"):
+        return None
+    padding = op.args[1]
+    if isinstance(padding, ListArg) and all(isinstance(item, Constant) for item in padding.items):
+        return op.args[0], [item.value for item in padding.items]
+    if isinstance(padding, Constant) and isinstance(padding.value, (list, tuple)):
+        return op.args[0], list(padding.value)
+    return None
 
 
 def _host_ints(tensor: Any, built: dict[Value, HostOp]) -> tuple[Arg, ...] | None:

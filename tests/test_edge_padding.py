@@ -15,7 +15,7 @@ from torch import nn
 import dycl_iree
 from dycl_iree import decompositions
 
-from .conftest import check_hosts, export_compiled
+from .conftest import check_hosts, check_hosts_raise, export_compiled
 
 
 class ResidualStack(nn.Module):
@@ -62,6 +62,8 @@ def test_vocoder_over_run_time_lengths(tmp_path) -> None:
     )
     for frames in (10, 4, 23):
         check_hosts(scripted, [compiled, python], (torch.randn(1, 4, frames),))
+    # A reflection by at least the size: PyTorch's error on both hosts.
+    check_hosts_raise(scripted, [compiled, python], (torch.randn(1, 4, 3),), "Padding size should be less than")
 
 
 def test_style_block_over_run_time_sizes(tmp_path) -> None:
