@@ -1235,8 +1235,9 @@ def edge_pad_of_run_time_size(reflect: bool, original: Any) -> Any:
 
 def edge_padded(input: torch.Tensor, padding: Sequence[int], reflect: bool) -> torch.Tensor:
     """`input` padded by reflection (`reflect`) or replication: each padded dim gathered at the
-    indices the mode reads, computed with the dim's size as a 0-d tensor. A padding of at least the
-    size, which PyTorch refuses, reads the edge here (the indices are clamped).
+    indices the mode reads, computed with the dim's size as a 0-d tensor, clamped to the dim (a
+    reflection by at least the size, which PyTorch refuses, is refused on the host before the
+    segment runs: `guards.py`).
 
     >>> x = torch.arange(5.0).reshape(1, 1, 5)
     >>> edge_padded(x, [2, 1], True).tolist(), torch.nn.functional.pad(x, (2, 1), mode="reflect").tolist()

@@ -1,4 +1,5 @@
-"""Index guards: check on the host, before a segment runs, every index it takes from a host int.
+"""Index guards: check on the host, before a segment runs, every index it takes from a host int,
+and that a reflection pad over a run-time size is narrower than the size.
 
 IREE has no error inside a kernel: a gather or a slice at an index past the end reads outside its
 buffer (a crash, or garbage: `nn.Embedding(7, 4)` looked up at 10**9 killed the process; at 7 it
