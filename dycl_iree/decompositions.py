@@ -56,6 +56,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.log2.default] = _logarithm_in_base(2.0)
     table[aten.log10.default] = _logarithm_in_base(10.0)
     table[aten.fmod.Tensor] = fmod_of_float32_in_float64
+    table[aten.roll.default] = roll_of_the_flattened
     for dims in ("1d", "2d", "3d"):
         for name, reflect in (("reflection_pad", True), ("replication_pad", False)):
             op = getattr(aten, name + dims).default
@@ -1255,6 +1256,20 @@ def edge_padded(input: torch.Tensor, padding: Sequence[int], reflect: bool) -> t
         index = aten.minimum(aten.maximum(index, aten.zeros_like(last)), last)
         out = aten.index_select(out, dim, index)
     return out
+
+
+def roll_of_the_flattened(input: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> Any:
+    """`torch.roll(x, k)` without dims rolls the flattened tensor: as that roll, on dim 0 of the
+    flattened tensor, viewed back. torch-mlir lowers only a roll with one dim per shift ("list sizes
+    of shifts and dims are not the same"); a roll with dims keeps the op.
+
+    >>> x = torch.arange(6).reshape(2, 3)
+    >>> roll_of_the_flattened(x, [2]).tolist() == torch.roll(x, 2).tolist()
+    True
+    """
+    if len(dims) or len(shifts) != 1:
+        return NotImplemented
+    return aten.roll(input.reshape(-1), list(shifts), [0]).reshape(input.shape)
 
 
 def fmod_of_float32_in_float64(input: torch.Tensor, other: torch.Tensor) -> Any:

@@ -429,6 +429,23 @@ def test_upsampling_of_integers_is_left_to_torch_mlir():
     assert upsample_bilinear_as_matmul(x, [8, 8], False) is NotImplemented
 
 
+class _Rolls(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.roll(x, 3), torch.roll(x, (1, -2), (0, 1))  # flattened, and per dim (Swin's)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_roll_without_dims_rolls_the_flattened_tensor(tmp_path, dynamic):
+    """torch-mlir lowers a roll only with one dim per shift ("list sizes of shifts and dims are not
+    the same"); without dims it is the roll of the flattened tensor (`roll_of_the_flattened`)."""
+    from .conftest import check_hosts, export_compiled
+
+    shapes = [{0: "rows", 1: "columns"}] if dynamic else None
+    _, scripted, compiled, python = export_compiled(tmp_path, _Rolls(), (torch.randn(3, 5),), "rolls", shapes)
+    for shape in [(3, 5), (4, 2), (1, 7)] if dynamic else [(3, 5)]:
+        check_hosts(scripted, [compiled, python], (torch.randn(*shape),))
+
+
 class _RollOnOneSide(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if bool(x.sum() > 0):
