@@ -70,7 +70,28 @@ def index_put_in_range(
         for dim, index in enumerate(indices)
     ]
     kept = [aten.reshape(index, [1]) if index is not None and index.dim() == 0 else index for index in kept]
-    return aten.index_put.default(input, kept, values, accumulate)
+    index = next((index for index in kept if index is not None), None)
+    return aten.index_put.default(_unshared(input, index), kept, values, accumulate)
+
+
+def _unshared(input: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """`input`, computed from the write's own index (less a 0.0 made from it), for the write to go
+    into: IREE 3.13 writes a scatter in place into its destination, and where that destination is a
+    fill (`torch.zeros(n, 4)`: every fill of that value and shape is one tensor to IREE) that is also
+    a result or the destination of another write, it did not copy it first. A segment that returned
+    `z` and `z.index_add(0, i, h)` returned them swapped, and of two `zeros(...).index_add` the
+    second started from the first's sums. Subtracting 0.0 keeps every value (-0.0, NaN and infinities
+    too); made from the index at run time, IREE cannot fold it away.
+
+    >>> _unshared(torch.tensor([-0.0, 1.5]), torch.tensor([1])).tolist()
+    [-0.0, 1.5]
+    """
+    if index is None:
+        return input
+    zero = aten.mul(aten.sum(aten.to.dtype(index, torch.float32)), 0.0)
+    if input.dtype == torch.bool:
+        return aten.logical_or(input, aten.lt(zero, 0.0))
+    return aten.sub.Tensor(input, aten.to.dtype(zero, input.dtype))
 
 
 def _masked_write(
@@ -108,10 +129,12 @@ def _masked_write(
 
 
 def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:
-    """A rewrite of `overload(input, dim, index, ...)` (a scatter or an indexed write) with its index clamped."""
+    """A rewrite of `overload(input, dim, index, ...)` (a scatter or an indexed write) with its index
+    clamped, into a destination of its own (`_unshared`)."""
 
     def rewritten(input: torch.Tensor, dim: int, index: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
-        return overload(input, dim, _clamped(index, input.shape[dim], wrap_negative), *rest, **kwargs)
+        index = _clamped(index, input.shape[dim], wrap_negative)
+        return overload(_unshared(input, index), dim, index, *rest, **kwargs)
 
     rewritten.__name__ = f"{overload.__name__.replace('.', '_')}_in_range"
     return rewritten
