@@ -57,6 +57,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.log10.default] = _logarithm_in_base(10.0)
     table[aten.fmod.Tensor] = fmod_of_float32_in_float64
     table[aten.roll.default] = roll_of_the_flattened
+    table[aten.repeat_interleave.Tensor] = repeat_interleave_of_output_size
     for dims in ("1d", "2d", "3d"):
         for name, reflect in (("reflection_pad", True), ("replication_pad", False)):
             op = getattr(aten, name + dims).default
@@ -1270,6 +1271,25 @@ def roll_of_the_flattened(input: torch.Tensor, shifts: Sequence[int], dims: Sequ
     if len(dims) or len(shifts) != 1:
         return NotImplemented
     return aten.roll(input.reshape(-1), list(shifts), [0]).reshape(input.shape)
+
+
+def repeat_interleave_of_output_size(repeats: torch.Tensor, output_size: Any = None) -> Any:
+    """`torch.repeat_interleave(repeats, output_size=n)`: each position's index, counted as the starts
+    of the repeats at or before it (a scatter of ones at the starts, then a running sum). PyTorch's
+    decomposition searches the running sum (`searchsorted`), which torch-mlir does not lower. Without
+    an output size the op keeps its own form (the exporter gives every data-made one a size:
+    `specialize/selections.py`).
+
+    >>> repeat_interleave_of_output_size(torch.tensor([2, 0, 3, 1]), 6).tolist()
+    [0, 0, 2, 2, 2, 3]
+    """
+    if output_size is None or repeats.dim() != 1:
+        return NotImplemented
+    ends = aten.cumsum(repeats, 0)
+    starts = ends - repeats
+    marks = aten.zeros([output_size + 1], dtype=torch.int64, device=repeats.device)
+    marks = aten.scatter_add(marks, 0, starts.to(torch.int64), aten.ones_like(starts, dtype=torch.int64))
+    return aten.cumsum(aten.slice(marks, 0, 0, output_size), 0) - 1
 
 
 def fmod_of_float32_in_float64(input: torch.Tensor, other: torch.Tensor) -> Any:

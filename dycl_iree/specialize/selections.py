@@ -38,6 +38,8 @@ from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorTyp
 from .schemas import overload_of
 from .values import is_none, real_value, tensor_type_of, walk_args
 
+# torch.repeat_interleave with a repeats tensor: its size is the repeats' total.
+_REPEATS = ("aten::repeat_interleave.self_Tensor", "aten::repeat_interleave.Tensor")
 # The mask dtypes PyTorch indexes with (uint8 masks are deprecated there but still work).
 _MASK_DTYPES = ("bool", "uint8")
 
@@ -50,14 +52,19 @@ def _is_mask(entry: Any) -> bool:
 class Selections:
     """Sizes made by data (a mixin of the specializer)."""
 
-    def emit_selection(self, target: str, args: list, kwargs: list, source: str, name: str) -> list | None:
-        """The outputs of `target` when it makes a size from data (rewritten here), else None."""
+    def emit_selection(
+        self, target: str, args: list, kwargs: list, source: str, name: str, ts_output: Any = None
+    ) -> list | None:
+        """The outputs of `target` when it makes a size from data (rewritten here), else None.
+        `ts_output` is the model's value of the (first) result."""
         if target in ("aten::nonzero.default", "aten::argwhere.default"):
             return [self.nonzero(args[0], source, name)]
         if target == "aten::where.default" and len(args) == 1:
             return self.nonzero_columns(args[0], source)
         if target == "aten::masked_select.default":
             return [self.masked_select(args[0], args[1], source, name)]
+        if target in _REPEATS and is_none(dict(kwargs).get("output_size", Constant(None))):
+            return self.repeat_interleave(target, args, source, name, ts_output)
         if target == "aten::index.Tensor" and isinstance(args[1], ListArg) and any(map(_is_mask, args[1].items)):
             tensor, indices = self.flatten_under_mask(args[0], args[1], source)
             indices = self.mask_indices(tensor, indices, source, check=tensor is args[0])
@@ -101,6 +108,68 @@ class Selections:
         indices = self.apply("aten::nonzero_static.default", [mask], size, source, name)
         self.dim_sources[(indices, 0)] = count
         return indices
+
+    def repeat_interleave(self, target: str, args: list, source: str, name: str, ts_output: Any) -> list | None:
+        """`torch.repeat_interleave(x, repeats, dim)` (or of `repeats` alone) with a repeats tensor
+        known only at run time: the total read to the host (a sync, as `.item()` is), then the op
+        given that output size (`decompositions.repeat_interleave_of_output_size` computes its
+        indices). The total is the result's size along `dim` (or its length), its example the size
+        in the observed run at the example inputs (a graph's nodes, counted by the repeats, meet the
+        node features' rows). None for constant repeats, which fold."""
+        if target == "aten::repeat_interleave.Tensor":
+            tensor, repeats, dim = None, args[0], 0
+        else:
+            tensor, repeats = args[0], args[1]
+            dim = args[2] if len(args) > 2 else Constant(None)
+            if not isinstance(dim, Constant):
+                raise UnsupportedOpError(target, source, detail="a dim known only at run time")
+            dim = dim.value
+        repeats_type = tensor_type_of(repeats)
+        if isinstance(repeats, Constant) or repeats_type is None:
+            return None
+        if repeats_type.rank == 0 or repeats_type.shape == (1,):
+            # One count for every element: times the size along dim (the flattened size without one).
+            if tensor is None:
+                raise UnsupportedOpError(target, source, detail="repeats of one element without a tensor to repeat")
+            along = self.shape_of(tensor, source)
+            along = along[dim % len(along)] if dim is not None else self.numel_of(along, source)
+            single = self.apply("aten::reshape.default", [repeats, Constant([1])], [], source)
+            total = self.apply("aten::mul.Tensor", [single, self.as_tensor(along, source)], [], source)
+        else:
+            total = repeats
+        dtype = [("dtype", Constant(torch.int64))]
+        summed = self.apply("aten::sum.default", [total], dtype, source, "repeated")
+        axis = 0 if dim is None or tensor is None else dim % tensor_type_of(tensor).rank
+        count = self.new_value(ScalarType("int", self.observed_total(ts_output, axis)), "count")
+        self.nodes.append(HostOp("aten::Int.Tensor", (summed,), (count,), source))
+        output = self.apply(target, args, [("output_size", count)], source, name)
+        self.dim_sources[(output, axis)] = count
+        return [output]
+
+    def observed_total(self, ts_output: Any, axis: int) -> int:
+        """The size along `axis` of `ts_output` in the observed run (at the example inputs, at the
+        iteration typed), where it is 2 or more; else 2 (torch.export fixes sizes of 0 and 1)."""
+        if ts_output is None or self.loop_indices is None:
+            return 2
+        sizes = self.observed_sizes().get((ts_output.unique(), tuple(self.loop_indices)))
+        size = sizes[axis] if isinstance(sizes, tuple) and axis < len(sizes) else None
+        return size if isinstance(size, int) and size >= 2 else 2
+
+    def numel_of(self, shape: list, source: str) -> Any:
+        """The product of a shape's sizes (Constants or host ints), as a host int or a Constant."""
+        product: Any = Constant(1)
+        for size in shape:
+            if isinstance(product, Constant) and isinstance(size, Constant):
+                product = Constant(product.value * size.value)
+            else:
+                product = self.emit_host("aten::mul.int", (product, size), "int", source)
+        return product
+
+    def as_tensor(self, size: Any, source: str) -> Any:
+        """A size (a Constant or a host int) as a 0-d int64 tensor."""
+        if isinstance(size, Constant):
+            return Constant(torch.tensor(size.value))
+        return self.apply("aten::scalar_tensor.default", [size], [("dtype", Constant(torch.int64))], source)
 
     def nonzero_columns(self, mask: Any, source: str) -> list:
         """`torch.where(mask)`: one index tensor per dim of the mask."""

@@ -520,7 +520,7 @@ class _Specializer(
             self._bind_results(outputs_ts, returns, result, fold=True)
         else:
             name = value_name(outputs_ts[0]) if returns == "single" else "t"
-            outputs = self.emit_selection(target, args, kwargs, source, name)
+            outputs = self.emit_selection(target, args, kwargs, source, name, outputs_ts[0])
             if outputs is None:
                 observed = outputs_ts if returns != "list" else None
                 outputs = self.emit_tensor_op(overload, args, kwargs, source, returns, name, observed)
