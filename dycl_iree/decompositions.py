@@ -35,10 +35,10 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.convolution.default] = convolution_channels_last
     table[aten.upsample_bilinear2d.default] = upsample_bilinear_as_matmul
     table[aten.upsample_bilinear2d.vec] = _upsample_bilinear_vec
-    for dims in ("1d", "2d", "3d"):
-        for name, exact in (("upsample_nearest", False), ("_upsample_nearest_exact", True)):
-            vec = getattr(aten, name + dims).vec
-            table[vec] = upsample_nearest_of_run_time_size(exact, table.get(vec))
+    for dims in ("1d", "2d", "3d"):  # the rewrites of each rank's op, given a flag and the op's own one
+        for name, overload, rewrite, flag in _of_each_rank():
+            op = getattr(getattr(aten, name + dims), overload)
+            table[op] = rewrite(flag, table.get(op))
     table[aten.avg_pool2d.default] = avg_pool_as_reduction
     table[aten.max_pool2d_with_indices.default] = max_pool_channels_last
     table[aten.group_norm.default] = group_norm_of_run_time_size(table.get(aten.group_norm.default))
@@ -58,15 +58,22 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.fmod.Tensor] = fmod_of_float32_in_float64
     table[aten.roll.default] = roll_of_the_flattened
     table[aten.repeat_interleave.Tensor] = repeat_interleave_of_output_size
-    for dims in ("1d", "2d", "3d"):
-        for name, reflect in (("reflection_pad", True), ("replication_pad", False)):
-            op = getattr(aten, name + dims).default
-            table[op] = edge_pad_of_run_time_size(reflect, table.get(op))
     for op, with_tensor in (*_SCALAR_COMPARISONS.items(), *_SCALAR_OPERANDS.items()):
         table[op] = with_number_in_its_dtype(with_tensor)
     for op, rewrite in IN_RANGE.items():
         table[op] = _without_reentry(rewrite, table.get(op))
     return table
+
+
+# Ops of every rank (`name` + "1d", "2d", "3d", `overload`) and their rewrite, made by `rewrite(flag,
+# the op's own decomposition)` (`decomposition_table`).
+def _of_each_rank() -> tuple:
+    return (
+        ("upsample_nearest", "vec", upsample_nearest_of_run_time_size, False),
+        ("_upsample_nearest_exact", "vec", upsample_nearest_of_run_time_size, True),
+        ("reflection_pad", "default", edge_pad_of_run_time_size, True),
+        ("replication_pad", "default", edge_pad_of_run_time_size, False),
+    )
 
 
 def multi_head_attention_as_its_python_path(
