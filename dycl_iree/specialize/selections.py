@@ -127,10 +127,8 @@ class Selections:
         repeats_type = tensor_type_of(repeats)
         if isinstance(repeats, Constant) or repeats_type is None:
             return None
-        if repeats_type.rank == 0 or repeats_type.shape == (1,):
+        if tensor is not None and (repeats_type.rank == 0 or repeats_type.shape == (1,)):
             # One count for every element: times the size along dim (the flattened size without one).
-            if tensor is None:
-                raise UnsupportedOpError(target, source, detail="repeats of one element without a tensor to repeat")
             along = self.shape_of(tensor, source)
             along = along[dim % len(along)] if dim is not None else self.numel_of(along, source)
             single = self.apply("aten::reshape.default", [repeats, Constant([1])], [], source)
