@@ -57,6 +57,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.log10.default] = _logarithm_in_base(10.0)
     table[aten.fmod.Tensor] = fmod_of_float32_in_float64
     table[aten.roll.default] = roll_of_the_flattened
+    table[aten.masked_scatter.default] = masked_scatter_by_gather
     table[aten.repeat_interleave.Tensor] = repeat_interleave_of_output_size
     for op, with_tensor in (*_SCALAR_COMPARISONS.items(), *_SCALAR_OPERANDS.items()):
         table[op] = with_number_in_its_dtype(with_tensor)
@@ -1297,6 +1298,26 @@ def repeat_interleave_of_output_size(repeats: torch.Tensor, output_size: Any = N
     marks = aten.zeros([output_size + 1], dtype=torch.int64, device=repeats.device)
     marks = aten.scatter_add(marks, 0, starts.to(torch.int64), aten.ones_like(starts, dtype=torch.int64))
     return aten.cumsum(aten.slice(marks, 0, 0, output_size), 0) - 1
+
+
+def masked_scatter_by_gather(input: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`input.masked_scatter(mask, source)` (a vision-language model's image features written into
+    its token embeddings at the image tokens): the source element each selected position takes is
+    the count of selected positions before it, a running sum of the flat mask; a gather and a
+    `where` write them. torch-mlir has no lowering of the op. Where the source has fewer elements
+    than the mask selects, which PyTorch refuses, the last ones repeat.
+
+    >>> x, m = torch.zeros(2, 3), torch.tensor([[True, False, True], [False, True, False]])
+    >>> masked_scatter_by_gather(x, m, torch.arange(1.0, 7.0).reshape(2, 3)).tolist()
+    [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+    """
+    flat_mask = aten.expand(mask, list(input.shape)).reshape(-1)
+    flat_source = source.reshape(-1)
+    positions = aten.cumsum(flat_mask.to(torch.int64), 0) - 1
+    last = aten.scalar_tensor(flat_source.shape[0] - 1, dtype=torch.int64)
+    positions = aten.minimum(aten.maximum(positions, aten.zeros_like(last)), last)
+    picked = aten.index_select(flat_source, 0, positions)
+    return aten.where.self(flat_mask, picked, input.reshape(-1)).reshape(input.shape)
 
 
 def fmod_of_float32_in_float64(input: torch.Tensor, other: torch.Tensor) -> Any:

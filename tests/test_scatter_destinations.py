@@ -75,3 +75,37 @@ def test_two_writes_into_equal_fills_on_both_sides_of_a_branch(tmp_path) -> None
         check_hosts(scripted, [compiled, python], (torch.randn(9, 4), batch, 3, squares))
     (label,) = python.decisions
     assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
+
+
+class ImageTokens(nn.Module):
+    """A vision-language model's merge (LLaVA's): projected image features written into the token
+    embeddings at the image tokens with `masked_scatter`, over a run-time number of tokens and of
+    image patches; text alone takes another path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image_token = 9
+        self.embed = nn.Embedding(10, 4)
+        self.project = nn.Linear(3, 4)
+
+    def forward(self, ids: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+        embeds = self.embed(ids)
+        image = ids == self.image_token
+        if not bool(image.any()):
+            return embeds
+        mask = image.unsqueeze(-1).expand_as(embeds)
+        return embeds.masked_scatter(mask, self.project(patches))
+
+
+def test_image_features_written_at_the_image_tokens(tmp_path) -> None:
+    """torch-mlir has no lowering of `masked_scatter` (`decompositions.masked_scatter_by_gather`)."""
+    torch.manual_seed(2)
+    ids = torch.tensor([[1, 9, 9, 4, 9]])
+    example = (ids, torch.randn(3, 3))
+    shapes = [{1: "tokens"}, {0: "patches"}]
+    _, scripted, compiled, python = export_compiled(tmp_path, ImageTokens().eval(), example, "image_tokens", shapes)
+    for ids in ([[1, 9, 9, 4, 9]], [[9, 9, 2, 9, 9, 9, 3]], [[1, 2, 3]]):
+        ids = torch.tensor(ids)
+        check_hosts(scripted, [compiled, python], (ids, torch.randn(int((ids == 9).sum()) or 2, 3)))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
