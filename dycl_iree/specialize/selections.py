@@ -65,6 +65,8 @@ class Selections:
             return [self.masked_select(args[0], args[1], source, name)]
         if target in _REPEATS and is_none(dict(kwargs).get("output_size", Constant(None))):
             return self.repeat_interleave(target, args, source, name, ts_output)
+        if target == "aten::bincount.default" and not isinstance(args[0], Constant):
+            return [self.bincount(args, source, name, ts_output)]
         if target == "aten::index.Tensor" and isinstance(args[1], ListArg) and any(map(_is_mask, args[1].items)):
             tensor, indices = self.flatten_under_mask(args[0], args[1], source)
             indices = self.mask_indices(tensor, indices, source, check=tensor is args[0])
@@ -143,6 +145,30 @@ class Selections:
         output = self.apply(target, args, [("output_size", count)], source, name)
         self.dim_sources[(output, axis)] = count
         return [output]
+
+    def bincount(self, args: list, source: str, name: str, ts_output: Any) -> Any:
+        """`torch.bincount(x, weights, minlength)`: its length, max(x) + 1 or `minlength` if more,
+        read to the host (a sync, as `.item()` is; `minlength` alone for an empty x), then a
+        `scatter_add` of ones (or of the weights) into zeros of that length. Its example is the
+        length in the observed run. Of an empty x with weights, PyTorch returns int64 zeros; here
+        they are of the weights' dtype, as for any other x."""
+        values = args[0]
+        weights = args[1] if len(args) > 1 else Constant(None)
+        minlength = args[2] if len(args) > 2 else Constant(0)
+        largest = self.apply("aten::amax.default", [values, Constant([]), Constant(False)], [], source, "largest")
+        read = self.new_value(ScalarType("int", self.observed_total(ts_output, 0) - 1), "largest")
+        self.nodes.append(HostOp("aten::Int.Tensor", (largest,), (read,), source))
+        length = self.emit_host("aten::add.int", (read, Constant(1)), "int", source)
+        length = self.emit_host("prim::max.int", (length, minlength), "int", source)
+        if is_none(weights):
+            dtype, counted = torch.int64, self.apply("aten::ones_like.default", [values], [], source)
+        else:
+            dtype = torch.float32 if tensor_type_of(weights).dtype == "float32" else torch.float64
+            counted = self.apply("aten::to.dtype", [weights, Constant(dtype)], [], source)
+        zeros = self.apply("aten::zeros.default", [ListArg((length,))], [("dtype", Constant(dtype))], source)
+        output = self.apply("aten::scatter_add.default", [zeros, Constant(0), values, counted], [], source, name)
+        self.dim_sources[(output, 0)] = length
+        return output
 
     def observed_total(self, ts_output: Any, axis: int) -> int:
         """The size along `axis` of `ts_output` in the observed run (at the example inputs, at the
