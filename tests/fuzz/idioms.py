@@ -5,7 +5,8 @@
 them with a loop over the list): a trip count only the input's shape decides. `loop_over_list`
 iterates over a list that grew at run time (`for o in outs: total = total + o`), the list being its
 own `outs`, appended where the construct stands (in a loop: once per pass), or one another construct
-grows (`ts`, `li`, `preds`, `pieces`).
+grows (`ts`, `li`, `preds`, `pieces`). `group_aggregate` groups the rows by their values and
+aggregates each group by indexed writes into zeros, as graph networks and mixtures of experts do.
 
 They are drawn from the builder's third random stream (`Builder.idioms`) between the other
 constructs, with names (`Builder.fresh_idiom`), layers (`Builder.late_layer`, made after all the
@@ -176,3 +177,28 @@ def loop_over_list(b: Builder, depth: int) -> None:
                 b.emit("break")
     scale = r.choice(["0.1", "0.5"])
     b.emit(f"h = h + {total} * {scale}")
+
+
+@idiom(0.6)
+def group_aggregate(b: Builder, depth: int) -> None:
+    """The rows grouped by their values (each row's group an argmax over its first features) and
+    aggregated per group as graph networks and mixtures of experts write it: the groups' sums by
+    `index_add` or `scatter_add` into zeros, sometimes their sizes by `bincount` or by a second
+    `index_add` into zeros of the same shape (one tensor to IREE), then each row given its group's
+    sum (or mean) back by indexing."""
+    r = b.idioms
+    groups = r.choice([2, 3])
+    group, sums, sizes = b.fresh_idiom("g"), b.fresh_idiom("sums"), b.fresh_idiom("sizes")
+    b.emit(f"{group} = h[:, :{groups}].argmax(1)")
+    if r.random() < 0.5:
+        b.emit(f"{sums} = torch.zeros({groups}, h.size(1)).index_add(0, {group}, h)")
+    else:
+        b.emit(f"{sums} = torch.zeros({groups}, h.size(1)).scatter_add(0, {group}.unsqueeze(1).expand_as(h), h)")
+    form = r.choice(["bincount", "index_add", "none"])
+    if form == "bincount":
+        b.emit(f"{sizes} = torch.bincount({group}, minlength={groups}).to(h.dtype)")
+    elif form == "index_add":
+        b.emit(f"{sizes} = torch.zeros({groups}, h.size(1)).index_add(0, {group}, torch.ones_like(h))[:, 0]")
+    if form != "none":
+        b.emit(f"{sums} = {sums} / {sizes}.clamp(min=1.0).unsqueeze(1)")
+    b.emit(f"h = h + {sums}[{group}] * 0.1")
