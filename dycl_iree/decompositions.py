@@ -732,8 +732,8 @@ def _nearest_sources(in_size: Any, out_size: Any, scale: float | None, exact: bo
     else:
         sizes = (aten.scalar_tensor(size, dtype=torch.float32) for size in (in_size, out_size))
         step = aten.div(*sizes)
+    # At most in_size - 1, as PyTorch's kernels take it: the gather's own clamp (`index_clamping`).
     source = aten.floor((positions + 0.5 if exact else positions) * step).to(torch.int64)
-    source = aten.minimum(source, aten.scalar_tensor(in_size - 1, dtype=torch.int64))
     if exact:
         return source
     index = torch.arange(out_size, dtype=torch.int64)
@@ -1245,9 +1245,10 @@ def edge_pad_of_run_time_size(reflect: bool, original: Any) -> Any:
 
 def edge_padded(input: torch.Tensor, padding: Sequence[int], reflect: bool) -> torch.Tensor:
     """`input` padded by reflection (`reflect`) or replication: each padded dim gathered at the
-    indices the mode reads, computed with the dim's size as a 0-d tensor, clamped to the dim (a
-    reflection by at least the size, which PyTorch refuses, is refused on the host before the
-    segment runs: `guards.py`).
+    indices the mode reads, computed with the dim's size as a 0-d tensor. Replication is the clamp
+    every gather's index gets (`index_clamping.index_select_in_range`, which the table applies to
+    the gather here too); a reflection by at least the size, which PyTorch refuses, is refused on
+    the host before the segment runs (`guards.py`).
 
     >>> x = torch.arange(5.0).reshape(1, 1, 5)
     >>> edge_padded(x, [2, 1], True).tolist(), torch.nn.functional.pad(x, (2, 1), mode="reflect").tolist()
@@ -1262,8 +1263,7 @@ def edge_padded(input: torch.Tensor, padding: Sequence[int], reflect: bool) -> t
         index = torch.arange(-before, size + after, dtype=torch.int64)
         if reflect:
             index = last - aten.abs(last - aten.abs(index))
-        index = aten.minimum(aten.maximum(index, aten.zeros_like(last)), last)
-        out = aten.index_select(out, dim, index)
+        out = aten.index_select(out, dim, index)  # replication: clamped to the dim, as every gather is
     return out
 
 
@@ -1313,9 +1313,7 @@ def masked_scatter_by_gather(input: torch.Tensor, mask: torch.Tensor, source: to
     """
     flat_mask = aten.expand(mask, list(input.shape)).reshape(-1)
     flat_source = source.reshape(-1)
-    positions = aten.cumsum(flat_mask.to(torch.int64), 0) - 1
-    last = aten.scalar_tensor(flat_source.shape[0] - 1, dtype=torch.int64)
-    positions = aten.minimum(aten.maximum(positions, aten.zeros_like(last)), last)
+    positions = aten.cumsum(flat_mask.to(torch.int64), 0) - 1  # clamped to the source by the gather
     picked = aten.index_select(flat_source, 0, positions)
     return aten.where.self(flat_mask, picked, input.reshape(-1)).reshape(input.shape)
 
