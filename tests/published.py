@@ -98,3 +98,16 @@ def torchaudio_wav2letter() -> ModuleType:
 def torchaudio_wavernn() -> ModuleType:
     """torchaudio's `models/wavernn.py` (`WaveRNN`)."""
     return load_model_file("torchaudio", "models/wavernn.py", "torchaudio_published.wavernn")
+
+
+def torchaudio_wav2vec2_components() -> ModuleType:
+    """torchaudio's `models/wav2vec2/components.py` (the feature extractor, `ConvLayerBlock` with its
+    GroupNorm, the encoder), whose `from .wavlm_attention import ...` finds that file, loaded first,
+    in a stand-in package."""
+    with _package_stand_in("torchaudio_published"):
+        _load_path(
+            _installed_file("torchaudio", "models/wav2vec2/wavlm_attention.py"), "torchaudio_published.wavlm_attention"
+        )
+        return load_model_file(
+            "torchaudio", "models/wav2vec2/components.py", "torchaudio_published.wav2vec2_components"
+        )

@@ -7,10 +7,12 @@ export with a TypeError inside the exporter, and past it PyTorch's decomposition
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from .conftest import check_hosts, export_compiled
+from .published import torchaudio_wav2vec2_components
 
 
 class ResBlock(nn.Module):
@@ -69,3 +71,19 @@ def test_feature_encoder_over_run_time_lengths(tmp_path) -> None:
     _, scripted, compiled, python = export_compiled(tmp_path, model, example, "features", [{1: "samples"}])
     for samples in (400, 123, 1000):
         check_hosts(scripted, [compiled, python], (torch.randn(2, samples),))
+
+
+@pytest.mark.published
+def test_published_wav2vec2_feature_extractor_over_run_time_lengths(tmp_path) -> None:
+    """torchaudio's own wav2vec 2.0 feature extractor (`_get_feature_extractor("group_norm", ...)`,
+    its Base architecture's layers at fewer channels), with the lengths of a padded batch of two.
+    Its one GroupNorm (a group per channel over [N, C, T]) met the batch check's list add (a
+    TypeError inside the exporter before); its view keeps T whole, so it never met the 2-D view."""
+    components = torchaudio_wav2vec2_components()
+    torch.manual_seed(2)
+    shapes = [(16, 10, 5), (16, 3, 2), (16, 3, 2), (16, 2, 2)]
+    model = components._get_feature_extractor("group_norm", shapes, bias=False).eval()
+    example = (torch.randn(2, 800), torch.tensor([800, 600]))
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "wav2vec2", [{1: "samples"}, None])
+    for samples, lengths in ((800, [800, 600]), (321, [321, 100]), (1600, [1200, 1600])):
+        check_hosts(scripted, [compiled, python], (torch.randn(2, samples), torch.tensor(lengths)))
