@@ -36,13 +36,14 @@ class GraphPooling(nn.Module):
 
 
 class TokenCopies(nn.Module):
-    """Each token copied as many times as it was routed (a mixture of experts' dispatch), and a
-    repeat of every row by one count."""
+    """Each token copied as many times as it was routed (a mixture of experts' dispatch), a repeat of
+    every column by one count, and of every element of the flattened tokens."""
 
     def forward(
         self, tokens: torch.Tensor, routes: torch.Tensor, times: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return tokens.repeat_interleave(routes, dim=0), tokens.repeat_interleave(times.reshape(1), dim=1)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        copies = tokens.repeat_interleave(routes, dim=0)
+        return copies, tokens.repeat_interleave(times.reshape(1), dim=1), tokens.repeat_interleave(times)
 
 
 def test_graph_readout_over_run_time_node_counts(tmp_path) -> None:

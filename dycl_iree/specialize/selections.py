@@ -131,8 +131,13 @@ class Selections:
             return None
         if tensor is not None and (repeats_type.rank == 0 or repeats_type.shape == (1,)):
             # One count for every element: times the size along dim (the flattened size without one).
-            along = self.shape_of(tensor, source)
-            along = along[dim % len(along)] if dim is not None else self.numel_of(along, source)
+            shape = self.shape_of(tensor, source)
+            if dim is not None:
+                along = shape[dim % len(shape)]
+            elif all(isinstance(size, Constant) for size in shape):
+                along = Constant(math.prod(size.value for size in shape))
+            else:
+                along = self.numel_of(tensor, source)  # of the flattened tensor
             single = self.apply("aten::reshape.default", [repeats, Constant([1])], [], source)
             total = self.apply("aten::mul.Tensor", [single, self.as_tensor(along, source)], [], source)
         else:
@@ -178,16 +183,6 @@ class Selections:
         sizes = self.observed_sizes().get((ts_output.unique(), tuple(self.loop_indices)))
         size = sizes[axis] if isinstance(sizes, tuple) and axis < len(sizes) else None
         return size if isinstance(size, int) and size >= 2 else 2
-
-    def numel_of(self, shape: list, source: str) -> Any:
-        """The product of a shape's sizes (Constants or host ints), as a host int or a Constant."""
-        product: Any = Constant(1)
-        for size in shape:
-            if isinstance(product, Constant) and isinstance(size, Constant):
-                product = Constant(product.value * size.value)
-            else:
-                product = self.emit_host("aten::mul.int", (product, size), "int", source)
-        return product
 
     def as_tensor(self, size: Any, source: str) -> Any:
         """A size (a Constant or a host int) as a 0-d int64 tensor."""
