@@ -278,3 +278,48 @@ def test_a_host_list_copied_in_a_for_inside_a_while_then_sorted(tmp_path) -> Non
             sizes.add(len(order))
     assert 3 in steps and min(steps) < 3, steps  # the `while` ran to its end, and left by its `break`
     assert 1 in sizes and max(sizes) >= 9, sizes  # one score, many (n = 0 copies none in its first step)
+
+
+class _ArgmaxesSummedThenAppended(nn.Module):
+    """On one side of an `if`, a loop with a `break` appends ints to a list; a `for` over the list
+    sums it, and one more item is appended after it (fuzzer seed 124001, cut down). Each read was a
+    select of the list twice over at i + len: the compiled host failed with OUT_OF_RANGE ("offset=64
+    ... buffer byte_length=64") at `hal.device.queue.execute`, and only where all three were there
+    (README, Known traps). A read now selects at i, plus len if i < 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[torch.Tensor, List[int]]:  # noqa: UP006
+        h = x
+        li: List[int] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        if float(h.abs().mean()) < 1.29:
+            h = h + 1.0
+        else:
+            for _ in range(n):
+                h = torch.softmax(self.layer(h), 1) + h * 0.5
+                li.append(int(h.argmax()))
+                if n > 4:
+                    break
+        total = 0
+        for v in li:
+            total += v
+        h = h + float(total) * 0.01
+        li.append(int(h.argmax()))
+        return h, li
+
+
+def test_a_host_list_read_in_a_for_after_a_loop_with_a_break_then_appended(tmp_path) -> None:
+    bundle, scripted, compiled, python = export_compiled(
+        tmp_path, _ArgmaxesSummedThenAppended(), (torch.randn(3, 4) * 3, 5), "argmaxes"
+    )
+    torch.manual_seed(4)
+    lengths = set()
+    for scale in (0.01, 3.0):
+        for n in (0, 2, 4, 5, 9):
+            _, li = check_hosts(scripted, (compiled, python), (torch.randn(3, 4) * scale, n))
+            lengths.add((scale, n, len(li)))
+    # The `if` side (one item), the loop to its end (n + 1), and its `break` at once (2 items).
+    assert {(0.01, n, 1) for n in (0, 2, 4, 5, 9)} <= lengths, lengths
+    assert {(3.0, 0, 1), (3.0, 2, 3), (3.0, 4, 5), (3.0, 5, 2), (3.0, 9, 2)} <= lengths, lengths

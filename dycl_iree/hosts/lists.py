@@ -128,8 +128,12 @@ def _list_join(emitter: Any, node: HostOp, result: str) -> str:
 
 def _list_item(emitter: Any, node: HostOp, result: str) -> str:
     """`xs[i]` of a list of ints or floats, after Python's check (-len <= i < len: a `select` past
-    either end would read outside the buffer). The list twice over, selected at i + len, is xs[i]
-    for either sign of i, with no branch."""
+    either end would read outside the buffer): a select at i, plus len where i is negative.
+
+    Not a select of the list twice over at i + len: that copies the list on every read (a `for`
+    over a list is quadratic), and IREE 3.13 mis-sizes it where the list is a loop's result that a
+    later append extends: the compiled host failed with OUT_OF_RANGE at `hal.device.queue.execute`
+    (README, Known traps)."""
     output = node.outputs[0].type
     if not (isinstance(output, ScalarType) and output.kind in _ELEMENTS and output.kind == node.args[0].type.element):
         raise CompiledHostUnsupported(f"an item of a list of {output} ({node.source})")
@@ -137,7 +141,7 @@ def _list_item(emitter: Any, node: HostOp, result: str) -> str:
     list_type, item_type, scalar_type = _ELEMENTS[element]
     index, _ = emitter.operand(node.args[1], "!torch.int")
     zero, minus_one = emitter.constant(0, None)[0], emitter.constant(-1, None)[0]
-    length, low, above, below, inside, shifted, twice, item = (emitter.fresh() for _ in range(8))
+    length, low, above, below, inside, shifted, item = (emitter.fresh() for _ in range(7))
     emitter.emit(f"{length} = torch.aten.size.int {items}, {zero} : {list_type}, !torch.int -> !torch.int")
     emitter.emit(f"{low} = torch.aten.mul.int {length}, {minus_one} : !torch.int, !torch.int -> !torch.int")
     emitter.emit(f"{above} = torch.aten.ge.int {index}, {low} : !torch.int, !torch.int -> !torch.bool")
@@ -145,10 +149,13 @@ def _list_item(emitter: Any, node: HostOp, result: str) -> str:
     emitter.emit(f"{inside} = torch.aten.__and__.bool {above}, {below} : !torch.bool, !torch.bool -> !torch.bool")
     message = emitter.message_text("IndexError: list index out of range", node.source)
     emitter.emit(f'torch.runtime.assert {inside}, "{message}"')
-    emitter.emit(f"{shifted} = torch.aten.add.int {index}, {length} : !torch.int, !torch.int -> !torch.int")
-    emitter.concatenate([items, items], [list_type, list_type], twice, list_type)
+    negative, wraps, offset = emitter.fresh(), emitter.fresh(), emitter.fresh()
+    emitter.emit(f"{negative} = torch.aten.lt.int {index}, {zero} : !torch.int, !torch.int -> !torch.bool")
+    emitter.emit(f"{wraps} = torch.aten.Int.bool {negative} : !torch.bool -> !torch.int")
+    emitter.emit(f"{offset} = torch.aten.mul.int {length}, {wraps} : !torch.int, !torch.int -> !torch.int")
+    emitter.emit(f"{shifted} = torch.aten.add.int {index}, {offset} : !torch.int, !torch.int -> !torch.int")
     emitter.emit(
-        f"{item} = torch.aten.select.int {twice}, {zero}, {shifted} : "
+        f"{item} = torch.aten.select.int {items}, {zero}, {shifted} : "
         f"{list_type}, !torch.int, !torch.int -> {item_type}"
     )
     read = "Int" if element == "int" else "Float"
