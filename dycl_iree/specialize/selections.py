@@ -1,4 +1,5 @@
-"""Specialize's sizes made by data: `nonzero`, boolean-mask indexing, `masked_select`, `torch.where(c)`.
+"""Specialize's sizes made by data: `nonzero`, boolean-mask indexing, `masked_select`, `torch.where(c)`,
+`repeat_interleave`, `bincount`, `unique` and `unique_consecutive`.
 
 How many elements a mask selects is a decision the device makes, like a branch: DyCL's answer
 applies. `nonzero(mask)` becomes a count read to the host (`int(mask.sum())`, a sync point as
@@ -40,6 +41,8 @@ from .values import is_none, real_value, tensor_type_of, walk_args
 
 # torch.repeat_interleave with a repeats tensor: its size is the repeats' total.
 _REPEATS = ("aten::repeat_interleave.self_Tensor", "aten::repeat_interleave.Tensor")
+# torch.unique and torch.unique_consecutive: sizes made by how many values differ.
+_UNIQUE = ("aten::_unique2.default", "aten::unique_dim.default", "aten::unique_consecutive.default")
 # The mask dtypes PyTorch indexes with (uint8 masks are deprecated there but still work).
 _MASK_DTYPES = ("bool", "uint8")
 
@@ -67,6 +70,15 @@ class Selections:
             return self.repeat_interleave(target, args, source, name, ts_output)
         if target == "aten::bincount.default" and not isinstance(args[0], Constant):
             return [self.bincount(args, source, name, ts_output)]
+        if target in _UNIQUE and not isinstance(args[0], Constant):
+            # Along a dim of a 1-D tensor is of the whole tensor; other dims are refused (no meta kernel).
+            dims = {"aten::unique_dim.default": 1, "aten::unique_consecutive.default": 3}
+            dim = args[dims[target]] if dims.get(target, len(args)) < len(args) else Constant(None)
+            if not (is_none(dim) or (isinstance(dim, Constant) and dim.value in (0, -1) and args[0].type.rank == 1)):
+                return None
+            if target == "aten::unique_consecutive.default":
+                return self.unique_consecutive(args[0], source, name, ts_output)
+            return self.unique(args[0], source, name, ts_output)
         if target == "aten::index.Tensor" and isinstance(args[1], ListArg) and any(map(_is_mask, args[1].items)):
             tensor, indices = self.flatten_under_mask(args[0], args[1], source)
             indices = self.mask_indices(tensor, indices, source, check=tensor is args[0])
@@ -174,6 +186,111 @@ class Selections:
         output = self.apply("aten::scatter_add.default", [zeros, Constant(0), values, counted], [], source, name)
         self.dim_sources[(output, 0)] = length
         return output
+
+    def unique(self, tensor: Any, source: str, name: str, ts_output: Any) -> list:
+        """`torch.unique(x, sorted, return_inverse, return_counts)` (without `dim`): the values in
+        ascending order, each element's place among them, and how many of each. Element i is the
+        first of its value where no earlier element equals it, and its place is how many first
+        elements are smaller (NaN after every number, each NaN a value of its own); the count of
+        first elements is read to the host (a sync, as `.item()` is) and sizes the values and the
+        counts. PyTorch's CPU kernel sorts whether `sorted` is asked or not, and so does this.
+
+        Each element is compared with every other: n^2 compares over n elements (fused into
+        reductions, never an n x n tensor), and no sort, whose order of NaN torch-mlir does not keep
+        (README, Known traps). Which of several NaN maps to which NaN value follows their order here,
+        and PyTorch's sort there."""
+        self.check_unique_dtype(tensor, "aten::_unique2", source)
+
+        def op(target: str, *args: Any) -> Any:
+            return self.apply(target, list(args), [], source)
+
+        flat = op("aten::reshape.default", tensor, Constant([-1]))
+        column, row = op("aten::unsqueeze.default", flat, Constant(1)), op("aten::unsqueeze.default", flat, Constant(0))
+        positions = self.positions(flat, source)
+        earlier = op(  # [i, j]: j < i
+            "aten::lt.Tensor",
+            op("aten::unsqueeze.default", positions, Constant(0)),
+            op("aten::unsqueeze.default", positions, Constant(1)),
+        )
+        repeats = op("aten::logical_and.default", op("aten::eq.Tensor", column, row), earlier)  # NaN equals nothing
+        first = op("aten::logical_not.default", op("aten::any.dim", repeats, Constant(1), Constant(False)))
+        smaller = op("aten::lt.Tensor", row, column)  # [i, j]: x_j < x_i
+        if tensor_type_of(tensor).dtype in ("float32", "float64"):
+            nan = op("aten::isnan.default", flat)
+            nan_i = op("aten::unsqueeze.default", nan, Constant(1))
+            nan_j = op("aten::unsqueeze.default", nan, Constant(0))
+            after_numbers = op("aten::logical_and.default", nan_i, op("aten::logical_not.default", nan_j))
+            after_nans = op("aten::logical_and.default", op("aten::logical_and.default", nan_i, nan_j), earlier)
+            smaller = op("aten::logical_or.default", op("aten::logical_or.default", smaller, after_numbers), after_nans)
+        below = op("aten::logical_and.default", smaller, op("aten::unsqueeze.default", first, Constant(0)))
+        dtype = [("dtype", Constant(torch.int64))]
+        places = self.apply("aten::sum.dim_IntList", [below, Constant([1]), Constant(False)], dtype, source)
+        count = self.read_count(first, ts_output, source)
+        firsts = self.indices_of(first, count, source)
+        zeros = op("aten::new_zeros.default", flat, ListArg((count,)))
+        picked = [op("aten::index_select.default", value, Constant(0), firsts) for value in (places, flat)]
+        values = self.apply("aten::scatter.src", [zeros, Constant(0), *picked], [], source, name)
+        return self.with_counts(values, places, tensor, count, source)
+
+    def unique_consecutive(self, tensor: Any, source: str, name: str, ts_output: Any) -> list:
+        """`torch.unique_consecutive(x, return_inverse, return_counts)` (without `dim`): element i
+        starts a run where it is the first or differs from the one before it (NaN from everything,
+        as in PyTorch); the number of runs is read to the host and sizes the values and counts, and
+        an element's run is the running count of starts less one."""
+        self.check_unique_dtype(tensor, "aten::unique_consecutive", source)
+
+        def op(target: str, *args: Any) -> Any:
+            return self.apply(target, list(args), [], source)
+
+        flat = op("aten::reshape.default", tensor, Constant([-1]))
+        head = op("aten::slice.Tensor", flat, Constant(0), Constant(0), Constant(1), Constant(1))
+        but_last = op("aten::slice.Tensor", flat, Constant(0), Constant(0), Constant(-1), Constant(1))
+        differs = op("aten::ne.Tensor", flat, op("aten::cat.default", ListArg((head, but_last)), Constant(0)))
+        at_start = op("aten::eq.Scalar", self.positions(flat, source), Constant(0))
+        starts = op("aten::logical_or.default", differs, at_start)
+        runs = self.apply("aten::cumsum.default", [starts, Constant(0)], [("dtype", Constant(torch.int64))], source)
+        places = op("aten::sub.Tensor", runs, Constant(torch.tensor(1)))
+        count = self.read_count(starts, ts_output, source)
+        firsts = self.indices_of(starts, count, source)
+        values = self.apply("aten::index_select.default", [flat, Constant(0), firsts], [], source, name)
+        return self.with_counts(values, places, tensor, count, source)
+
+    def indices_of(self, flags: Any, count: Any, source: str) -> Any:
+        """The indices of the `count` true elements of the 1-D `flags`, in order."""
+        size = [("size", count), ("fill_value", Constant(-1))]
+        found = self.apply("aten::nonzero_static.default", [flags], size, source)
+        return self.apply("aten::squeeze.dim", [found, Constant(1)], [], source)
+
+    def with_counts(self, values: Any, places: Any, tensor: Any, count: Any, source: str) -> list:
+        """unique's three results: the `count` values, each element's place (`places`, flat) in the
+        shape of `tensor`, and how many elements have each place."""
+        shape = ListArg(tuple(self.shape_of(tensor, source)))
+        inverse = self.apply("aten::reshape.default", [places, shape], [], source)
+        zeros = self.apply("aten::zeros.default", [ListArg((count,))], [("dtype", Constant(torch.int64))], source)
+        ones = self.apply("aten::ones_like.default", [places], [], source)
+        counts = self.apply("aten::scatter_add.default", [zeros, Constant(0), places, ones], [], source, "counts")
+        for output in (values, counts):
+            self.dim_sources[(output, 0)] = count
+        return [values, inverse, counts]
+
+    def check_unique_dtype(self, tensor: Any, op: str, source: str) -> None:
+        dtype = tensor_type_of(tensor).dtype
+        if dtype not in ("float32", "float64", "int64", "int32", "int16", "int8", "uint8"):
+            raise UnsupportedOpError(op, source, detail=f"the unique values of a {dtype} tensor")
+
+    def positions(self, flat: Any, source: str) -> Any:
+        """0, 1, ... n - 1 as int64, for a 1-D tensor `flat` of n elements (n known or not)."""
+        ones = self.apply("aten::ones_like.default", [flat], [("dtype", Constant(torch.int64))], source)
+        counted = self.apply("aten::cumsum.default", [ones, Constant(0)], [], source)
+        return self.apply("aten::sub.Tensor", [counted, Constant(torch.tensor(1))], [], source)
+
+    def read_count(self, flags: Any, ts_output: Any, source: str) -> Any:
+        """The number of true `flags`, read to the host; its example the size of the model's result in
+        the observed run."""
+        total = self.apply("aten::sum.default", [flags], [("dtype", Constant(torch.int64))], source, "distinct")
+        count = self.new_value(ScalarType("int", self.observed_total(ts_output, 0)), "count")
+        self.nodes.append(HostOp("aten::Int.Tensor", (total,), (count,), source))
+        return count
 
     def observed_total(self, ts_output: Any, axis: int) -> int:
         """The size along `axis` of `ts_output` in the observed run (at the example inputs, at the
