@@ -289,10 +289,13 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list, decompo
     is 1 and the int sizes a tensor (`torch.arange(0, n)` with n = 1 became `arange(0, 1)`): the
     `.item()` of Tacotron2's padding mask has the example 1, so its mask kept one column whatever
     the lengths. Such an int is traced again with other examples. One that stays fixed whatever
-    the example, or fails with every other, is one the ops admit one value of (an index into a dim
-    of size 1, `h[0, k]` with one layer): it stays as torch.export traced it."""
+    the example, or fails with every other, is one the ops admit one value of: one fixed at 0 or 1
+    (an index into a dim of size 1, `h[0, k]` with one layer, where -1 is as good) stays as
+    torch.export traced it; one fixed at 2 or more (a `bincount` length that a broadcast meets with
+    a static size) is pinned, as where torch.export says so (`_ints_the_ops_pin`): the host checks
+    it before each call, where the function would otherwise compute with the example's value."""
     exported = _export_once(graph_module, examples, dynamic, decompositions)
-    fixed = _fixed_ints(exported, dynamic)
+    fixed = _fixed_ints(exported, graph_module, dynamic) - set(getattr(exported, "dycl_pinned", {}))
     for other in (2, 0, 3):
         if not fixed:
             break
@@ -301,8 +304,11 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list, decompo
             candidate = _export_once(graph_module, retried, dynamic, decompositions)
         except Exception:
             continue
-        if not _fixed_ints(candidate, dynamic):
+        if not _fixed_ints(candidate, graph_module, dynamic) - set(getattr(candidate, "dycl_pinned", {})):
             return candidate
+    pinned = {position: examples[position] for position in fixed if examples[position] >= 2}
+    if pinned:
+        exported.dycl_pinned = {**getattr(exported, "dycl_pinned", {}), **pinned}
     return exported
 
 
@@ -321,14 +327,16 @@ def _fixed_results(segment: Segment, exported: Any) -> list[Value]:
     return fixed
 
 
-def _fixed_ints(exported: Any, dynamic: list) -> set[int]:
-    """Positions of the int inputs marked dynamic that torch.export fixed to their example."""
+def _fixed_ints(exported: Any, graph_module: fx.GraphModule, dynamic: list) -> set[int]:
+    """Positions of the int inputs marked dynamic that torch.export fixed to their example (a
+    concrete value, or no input at all: torch.export drops an int input it made a constant)."""
     user_inputs = set(exported.graph_signature.user_inputs)
-    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
+    values = {node.name: node.meta.get("val") for node in exported.graph.nodes if node.name in user_inputs}
+    names = [node.name for node in graph_module.graph.nodes if node.op == "placeholder"]
     return {
         position
-        for position, (node, spec) in enumerate(zip(placeholders, dynamic))
-        if spec is not None and not isinstance(spec, dict) and _is_concrete(node.meta.get("val"))
+        for position, (name, spec) in enumerate(zip(names, dynamic))
+        if spec is not None and not isinstance(spec, dict) and (name not in values or _is_concrete(values[name]))
     }
 
 
@@ -354,7 +362,15 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, de
         OVERRIDE.release()  # the two-step path overrides the composite ops itself, where it should
         try:
             exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(dynamic), strict=False)
-        except Exception:
+        except Exception as error:
+            pinned = _ints_the_ops_pin(error, graph_module, dynamic)
+            if pinned:
+                # Exported with those ints at their examples; the host checks them (`_pinned_ties`).
+                static = [None if position in pinned else spec for position, spec in enumerate(dynamic)]
+                exported = _export_once(graph_module, examples, static, decompositions)
+                ints = {position: examples[position] for position in pinned}
+                exported.dycl_pinned = {**getattr(exported, "dycl_pinned", {}), **ints}
+                return exported
             # Examples of size 0 or 1 make torch.export specialize; retrying with every dim dynamic
             # but AUTO lets it decide which dims the ops force to be static.
             relaxed = [
@@ -363,6 +379,23 @@ def _export_once(graph_module: fx.GraphModule, examples: list, dynamic: list, de
             ]
             exported = torch.export.export(graph_module, tuple(examples), dynamic_shapes=tuple(relaxed), strict=False)
         return exported.run_decompositions(decompositions)
+
+
+def _ints_the_ops_pin(error: Exception, graph_module: fx.GraphModule, dynamic: list) -> set[int]:
+    """Positions of the int inputs marked dynamic that torch.export refused to keep dynamic, as the
+    segment's ops admit one value of each ("You marked L['p1'] as dynamic but your code specialized
+    it to be a constant (2)"): a size made by data (`bincount`'s length) that meets a static size
+    in a broadcast (`sums / sizes.unsqueeze(1)` over a `[2, 6]` sums) must be that size for the
+    model to run at all."""
+    names = [node.name for node in graph_module.graph.nodes if node.op == "placeholder"]
+    pinned = set()
+    specialized = r"You marked L\['(\w+)'\] as dynamic but your code specialized it to be a constant"
+    for name in re.findall(specialized, str(error)):
+        position = names.index(name) if name in names else None
+        if position is not None and position < len(dynamic) and dynamic[position] is not None:
+            if not isinstance(dynamic[position], dict):
+                pinned.add(position)
+    return pinned
 
 
 def _export_in_one_trace(graph_module: fx.GraphModule, examples: list, dynamic: list, decompositions: Any) -> Any:
@@ -555,7 +588,7 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> list[SizeTie]:
     user_inputs = set(exported.graph_signature.user_inputs)
     placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
     values = [node.meta.get("val") for node in placeholders]
-    symbols, ties = input_symbols(segment.params, values), []
+    symbols, ties = input_symbols(segment.params, values), _pinned_ties(segment, exported)
     for position, (param, value) in enumerate(zip(segment.params, values)):
         if not isinstance(param.type, TensorType) or not isinstance(value, torch.Tensor):
             continue
@@ -592,6 +625,18 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> list[SizeTie]:
         raise _refused(
             segment, f"torch.export fixed {what} to the example's size {example}, although it changes at run time"
         )
+    return ties
+
+
+def _pinned_ties(segment: Segment, exported: Any) -> list[SizeTie]:
+    """A check of each int input the ops pinned to its example (`_ints_the_ops_pin`): the function
+    computes with that value, so another one at run time raises, where PyTorch raises at the op
+    (or, for a size of 1 that the op broadcasts, where it would not)."""
+    ties = []
+    for position, value in sorted(getattr(exported, "dycl_pinned", {}).items()):
+        name = format_value(segment.params[position])
+        expression = f"the run-time size {name} == {value}, which the ops after it need"
+        ties.append(SizeTie(segment.name, position, None, (), value, expression, segment.nodes[0].source))
     return ties
 
 

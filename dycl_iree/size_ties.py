@@ -25,13 +25,13 @@ from .program import Arg, Block, Constant, HostOp, Program, ScalarType, SegmentC
 
 @dataclass(frozen=True)
 class SizeTie:
-    """Dim `dim` of input `position` of `segment` is `constant` + the sum of coefficient * size over
-    `terms`, each (coefficient, input position, dim, or None for an int input); `expression` says so
-    with the Program's names, for the error."""
+    """Dim `dim` of input `position` of `segment` (or, `dim` None, that int input itself) is
+    `constant` + the sum of coefficient * size over `terms`, each (coefficient, input position, dim,
+    or None for an int input); `expression` says so with the Program's names, for the error."""
 
     segment: str
     position: int
-    dim: int
+    dim: int | None
     terms: tuple[tuple[int, int, int | None], ...]
     constant: int
     expression: str

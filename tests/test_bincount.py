@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .conftest import check_hosts, export_compiled
+from .conftest import check_hosts, check_hosts_raise, export_compiled
 
 
 class LoadBalance(nn.Module):
@@ -44,3 +44,61 @@ def test_router_load_over_run_time_token_counts(tmp_path) -> None:
     check_hosts(scripted, [compiled, python], (torch.randn(1, 3), 1))
     sides = [dict(counts) for counts in python.decisions.values()]
     assert {True: 3, False: 4} in sides, python.decisions
+
+
+class GroupMeans(nn.Module):
+    """Message passing's mean aggregation as graph code writes it for a fixed number of groups: the
+    rows' sums per group by `index_add`, divided by the group sizes from `bincount(..., minlength)`,
+    given back to each row, twice. The sizes' length is made by data and meets the sums' static
+    rows in the division: the result was typed `[?, ?]` (each perturbed size failed the broadcast),
+    torch.export refused to keep the length dynamic, and the compiled host fell back ("failed to
+    legalize operation 'tensor.cast'"). Now the division keeps its static `[2, 6]` and the segment
+    takes the length at its only possible value, which the host checks."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for _ in range(2):
+            h = torch.relu(h) - 0.25
+            group = h[:, :2].argmax(1)
+            sums = torch.zeros(2, h.size(1)).index_add(0, group, h)
+            sizes = torch.bincount(group, minlength=2).to(h.dtype)
+            h = h + (sums / sizes.clamp(min=1.0).unsqueeze(1))[group] * 0.1
+        return torch.cat([x, h], 0)
+
+
+def test_group_means_over_a_static_batch_run_on_the_compiled_host(tmp_path) -> None:
+    torch.manual_seed(3)
+    _, scripted, compiled, python = export_compiled(tmp_path, GroupMeans(), (torch.randn(3, 6),), "group_means")
+    groups = set()
+    both = torch.tensor([[2.0, 0.5, 1, 0, 3, 0], [0.5, 2.0, 0, 1, 0, 3], [1.0, 3.0, -1, 0, 2, 0]])
+    for x in (both, both * -1.0, torch.tensor([[1.0, 0.0] * 3] * 3), torch.randn(3, 6) * 3):
+        check_hosts(scripted, [compiled, python], (x,))
+        groups.add(len(set((torch.relu(x) - 0.25)[:, :2].argmax(1).tolist())))
+    assert groups == {1, 2}, groups  # one group empty (its size clamped), and both used
+
+
+class GroupMeansWithoutMinlength(nn.Module):
+    """The same without `minlength`, over three groups: the sizes have max(group) + 1 elements, which
+    must be 3 to meet the sums (PyTorch raises otherwise). The segment computes with 3, so the host
+    checks the length before the call: another length raises on both hosts instead of a result."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        group = x[:, :3].argmax(1)
+        sums = torch.zeros(3, x.size(1)).index_add(0, group, x)
+        return sums / torch.bincount(group).to(x.dtype).clamp(min=1.0).unsqueeze(1)
+
+
+def test_a_length_made_by_data_that_must_meet_a_static_size_is_checked(tmp_path) -> None:
+    example = torch.tensor([[0.0, 0, 5, 1], [0, 0, 5, 2], [9, 0, 0, 1]])
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, GroupMeansWithoutMinlength(), (example,), "without_minlength", [{0: "rows"}]
+    )
+    for x in (example, example[:1], example.flip(0), torch.tensor([[0.0, 0, 1, 0]] * 4)):
+        check_hosts(scripted, [compiled, python], (x,))
+    check_hosts_raise(
+        scripted,
+        [compiled, python],
+        (torch.tensor([[0.0, 9, 5, 1], [9, 0, 0, 1]]),),  # groups 1 and 0: two sizes
+        "must match the size",
+        "the run-time size %.* == 3, which the ops after it need does not hold",
+    )

@@ -574,6 +574,7 @@ class _Specializer(
             for perturbation in _PERTURBATIONS:
                 # Where the run-time ints grown past their examples fail the op (an index past the
                 # tensor's end), they are one less instead (0 becomes -1, an index from the back).
+                failures = []
                 for ints in (perturbation, lambda hint: hint - 1):
                     try:
                         meta_b = overload(
@@ -582,10 +583,12 @@ class _Specializer(
                         )
                         perturbed.append([tuple(t.shape) for t in result_tensors(meta_b, returns)])
                         break
-                    except Exception:
+                    except Exception as error:
+                        failures.append(error)
                         continue
                 else:
-                    perturbed.append([unknown_sizes(target, args, t) for t in results_a])
+                    broadcast = _broadcast_shape(args, results_a, returns, failures)
+                    perturbed.append([broadcast or unknown_sizes(target, args, t) for t in results_a])
         outputs: list[Value] = []
         clamped = self.clamped_dim(overload, target, args, kwargs, results_a, returns)
         for position, tensor in enumerate(results_a):
@@ -719,6 +722,34 @@ def _run_time_int(arg: Any) -> bool:
 # The perturbations of the second and third meta runs. +1 alone misses floor divisions by more than
 # one: avg_pool2d(x, 2) maps heights 10 and 11 both to 5, and that output height was typed static
 # (the compiled host then returned the example's size). 2h + 1 changes floor(h / k) whenever h >= k.
+def _broadcast_shape(args: list, results: list, returns: str, failures: list) -> tuple | None:
+    """The result's sizes of an element-wise op whose perturbed meta runs all failed to broadcast
+    (None: not such an op). A dim that an input has at a known size other than 1 is that size
+    wherever the op runs at all (PyTorch raises at the others), so it stays known: `sums / sizes`
+    of a `[2, 6]` and a `[n, 1]` whose n only the run time knows (a `bincount` meeting its groups)
+    is `[2, 6]`, not `[?, ?]`. A dim that only dynamic and size-1 inputs have stays dynamic."""
+    if returns != "single" or len(results) != 1 or not failures:
+        return None
+    if not all(re.search(r"must match the size|broadcast", str(error)) for error in failures):
+        return None
+    rank = results[0].dim()
+    shapes = []
+    for arg in args:
+        if isinstance(arg, Value) and isinstance(arg.type, TensorType):
+            shapes.append(tuple(arg.type.shape))
+        elif isinstance(arg, Constant) and isinstance(arg.value, torch.Tensor):
+            shapes.append(tuple(arg.value.shape))
+    if not shapes or max(len(shape) for shape in shapes) != rank:
+        return None
+    sizes = []
+    for dim in range(rank):
+        known = {shape[dim - rank] for shape in shapes if len(shape) >= rank - dim} - {None}
+        dynamic = any(shape[dim - rank] is None for shape in shapes if len(shape) >= rank - dim)
+        wide = known - {1}
+        sizes.append(wide.pop() if len(wide) == 1 else None if dynamic or len(wide) > 1 else 1)
+    return tuple(sizes) if all(s is None or s == d for s, d in zip(sizes, results[0].shape)) else None
+
+
 _PERTURBATIONS: tuple[Callable[[int], int], ...] = (lambda hint: hint + 1, lambda hint: 2 * hint + 1)
 
 

@@ -6,7 +6,8 @@ them with a loop over the list): a trip count only the input's shape decides. `l
 iterates over a list that grew at run time (`for o in outs: total = total + o`), the list being its
 own `outs`, appended where the construct stands (in a loop: once per pass), or one another construct
 grows (`ts`, `li`, `preds`, `pieces`). `group_aggregate` groups the rows by their values and
-aggregates each group by indexed writes into zeros, as graph networks and mixtures of experts do.
+aggregates each group by indexed writes into zeros (or over the groups `torch.unique` finds), as
+graph networks and mixtures of experts do.
 
 They are drawn from the builder's third random stream (`Builder.idioms`) between the other
 constructs, with names (`Builder.fresh_idiom`), layers (`Builder.late_layer`, made after all the
@@ -185,11 +186,18 @@ def group_aggregate(b: Builder, depth: int) -> None:
     aggregated per group as graph networks and mixtures of experts write it: the groups' sums by
     `index_add` or `scatter_add` into zeros, sometimes their sizes by `bincount` or by a second
     `index_add` into zeros of the same shape (one tensor to IREE), then each row given its group's
-    sum (or mean) back by indexing."""
+    sum (or mean) back by indexing. Or, a quarter of the time, only the groups present, found by
+    `torch.unique` with each row's place among them and their sizes."""
     r = b.idioms
     groups = r.choice([2, 3])
     group, sums, sizes = b.fresh_idiom("g"), b.fresh_idiom("sums"), b.fresh_idiom("sizes")
     b.emit(f"{group} = h[:, :{groups}].argmax(1)")
+    if r.random() < 0.25:
+        present, place = b.fresh_idiom("present"), b.fresh_idiom("place")
+        b.emit(f"{present}, {place}, {sizes} = torch.unique({group}, return_inverse=True, return_counts=True)")
+        b.emit(f"{sums} = torch.zeros({present}.size(0), h.size(1)).index_add(0, {place}, h)")
+        b.emit(f"h = h + ({sums} / {sizes}.unsqueeze(1).to(h.dtype))[{place}] * 0.1")
+        return
     if r.random() < 0.5:
         b.emit(f"{sums} = torch.zeros({groups}, h.size(1)).index_add(0, {group}, h)")
     else:
