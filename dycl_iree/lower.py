@@ -199,16 +199,17 @@ def _coincidences(segment: Segment, exported: Any, offsets: IntOffsets) -> list[
     import sympy
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    user_inputs = set(exported.graph_signature.user_inputs)
-    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
-    values = [node.meta.get("val") for node in placeholders]
+    values = _param_values(exported, len(segment.params))
     int_symbols = {
         value.node.expr: position
         for position, value in enumerate(values)
         if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol)
     }
     found = [format_value(result) for result in _fixed_results(segment, exported)]
+    pinned = getattr(exported, "dycl_pinned", {})
     for position, (param, value) in enumerate(zip(segment.params, values)):
+        if position in pinned:  # fixed as the ops need, and checked by the host (`_pinned_ties`)
+            continue
         type_ = param.type
         if isinstance(type_, TensorType) and isinstance(value, torch.Tensor):
             if _fixed_or_derived_dims(type_, value):
@@ -295,7 +296,7 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list, decompo
     a static size) is pinned, as where torch.export says so (`_ints_the_ops_pin`): the host checks
     it before each call, where the function would otherwise compute with the example's value."""
     exported = _export_once(graph_module, examples, dynamic, decompositions)
-    fixed = _fixed_ints(exported, graph_module, dynamic) - set(getattr(exported, "dycl_pinned", {}))
+    fixed = _fixed_ints(exported, dynamic) - set(getattr(exported, "dycl_pinned", {}))
     for other in (2, 0, 3):
         if not fixed:
             break
@@ -304,7 +305,7 @@ def _export(graph_module: fx.GraphModule, examples: list, dynamic: list, decompo
             candidate = _export_once(graph_module, retried, dynamic, decompositions)
         except Exception:
             continue
-        if not _fixed_ints(candidate, graph_module, dynamic) - set(getattr(candidate, "dycl_pinned", {})):
+        if not _fixed_ints(candidate, dynamic) - set(getattr(candidate, "dycl_pinned", {})):
             return candidate
     pinned = {position: examples[position] for position in fixed if examples[position] >= 2}
     if pinned:
@@ -327,17 +328,24 @@ def _fixed_results(segment: Segment, exported: Any) -> list[Value]:
     return fixed
 
 
-def _fixed_ints(exported: Any, graph_module: fx.GraphModule, dynamic: list) -> set[int]:
+def _fixed_ints(exported: Any, dynamic: list) -> set[int]:
     """Positions of the int inputs marked dynamic that torch.export fixed to their example (a
     concrete value, or no input at all: torch.export drops an int input it made a constant)."""
-    user_inputs = set(exported.graph_signature.user_inputs)
-    values = {node.name: node.meta.get("val") for node in exported.graph.nodes if node.name in user_inputs}
-    names = [node.name for node in graph_module.graph.nodes if node.op == "placeholder"]
     return {
         position
-        for position, (name, spec) in enumerate(zip(names, dynamic))
-        if spec is not None and not isinstance(spec, dict) and (name not in values or _is_concrete(values[name]))
+        for position, (value, spec) in enumerate(zip(_param_values(exported, len(dynamic)), dynamic))
+        if spec is not None and not isinstance(spec, dict) and (value is None or _is_concrete(value))
     }
+
+
+def _param_values(exported: Any, count: int) -> list:
+    """The example value (a fake tensor, a SymInt or an int) of each of the segment's `count`
+    parameters in `exported`, by its placeholder's name (`p0`, `p1`, ... as `_segment_graph` names
+    them); None for one torch.export dropped (an int it made a constant), which would otherwise
+    shift every later parameter onto the wrong value."""
+    user_inputs = set(exported.graph_signature.user_inputs)
+    values = {node.name: node.meta.get("val") for node in exported.graph.nodes if node.name in user_inputs}
+    return [values.get(f"p{index}") for index in range(count)]
 
 
 def _is_concrete(value: Any) -> bool:
@@ -585,9 +593,7 @@ def _refuse_specialized_dims(segment: Segment, exported: Any) -> list[SizeTie]:
     combination of other inputs' dynamic sizes is kept: the host checks it (`size_ties.py`)."""
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    user_inputs = set(exported.graph_signature.user_inputs)
-    placeholders = [node for node in exported.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
-    values = [node.meta.get("val") for node in placeholders]
+    values = _param_values(exported, len(segment.params))
     symbols, ties = input_symbols(segment.params, values), _pinned_ties(segment, exported)
     for position, (param, value) in enumerate(zip(segment.params, values)):
         if not isinstance(param.type, TensorType) or not isinstance(value, torch.Tensor):

@@ -102,3 +102,26 @@ def test_a_length_made_by_data_that_must_meet_a_static_size_is_checked(tmp_path)
         "must match the size",
         "the run-time size %.* == 3, which the ops after it need does not hold",
     )
+
+
+class GroupMeansPlusBias(nn.Module):
+    """The same over run-time rows and columns, with a bias after: torch.export leaves the pinned
+    length out of the exported program's inputs, and reading the others' sizes by position then
+    put each parameter after it onto the next one's value (an IndexError, "tuple index out of
+    range", reported against the `bincount`). Now they are read by name."""
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        group = x[:, :3].argmax(1)
+        sums = torch.zeros(3, x.size(1)).index_add(0, group, x)
+        sizes = torch.bincount(group).to(x.dtype)
+        return sums / sizes.clamp(min=1.0).unsqueeze(1) + bias[: x.size(1)]
+
+
+def test_a_pinned_length_before_inputs_of_run_time_sizes(tmp_path) -> None:
+    example = (torch.tensor([[0.0, 0, 5, 1], [0, 0, 5, 2], [9, 0, 0, 1]]), torch.arange(6.0))
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, GroupMeansPlusBias(), example, "plus_bias", [{0: "rows", 1: "columns"}, {0: "n"}]
+    )
+    wider = torch.tensor([[0.0, 0, 5, 1, 3], [9, 0, 0, 1, 3], [0, 4, 0, 0, 0], [0, 4, 1, 0, 0]])
+    for x in (example[0], wider):
+        check_hosts(scripted, [compiled, python], (x, example[1]))

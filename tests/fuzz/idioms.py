@@ -195,7 +195,7 @@ def group_aggregate(b: Builder, depth: int) -> None:
     if r.random() < 0.25:
         present, place = b.fresh_idiom("present"), b.fresh_idiom("place")
         b.emit(f"{present}, {place}, {sizes} = torch.unique({group}, return_inverse=True, return_counts=True)")
-        b.emit(f"{sums} = torch.zeros({present}.size(0), h.size(1)).index_add(0, {place}, h)")
+        b.emit(f"{sums} = h.new_zeros({present}.size(0), h.size(1)).index_add(0, {place}, h)")
         b.emit(f"h = h + ({sums} / {sizes}.unsqueeze(1).to(h.dtype))[{place}] * 0.1")
         return
     if r.random() < 0.5:
