@@ -323,7 +323,12 @@ def _emitter(ops: list[TensorOp], fresh: Iterator[int], source: str) -> Any:
 def _in_range_flag(
     tensor: Arg, dim: int, index: Value, wrap: bool, source: str, fresh: Iterator[int], ops: list[TensorOp]
 ) -> Value:
-    """A 0-d bool (appended to `ops`): every element of `index` lies in [-size, size) if `wrap`, else [0, size)."""
+    """A 0-d bool (appended to `ops`): every element of `index` lies in [-size, size) if `wrap`, else [0, size).
+
+    Each bound is reduced on its own and the two 0-d results are and-ed: over an index that
+    broadcasts a run-time number of rows (`g.unsqueeze(1).expand_as(h)`, the index of graph code's
+    `scatter_add`), IREE 3.13 fails to compile `all` of the two comparisons and-ed element-wise
+    ("'func.func' op exceeded stack allocation limit of 32768 bytes"; README, Known traps)."""
     shape, hint = index.type.shape, index.type.hint
     op = _emitter(ops, fresh, source)
 
@@ -332,10 +337,10 @@ def _in_range_flag(
         size = op("aten::sym_size.int", (tensor, Constant(dim)), ScalarType("int"))
     mask = TensorType("bool", shape, hint)
     low = op("aten::add.Scalar", (index, size), index.type) if wrap else index
-    above = op("aten::ge.Scalar", (low, Constant(0)), mask)
-    below = op("aten::lt.Scalar", (index, size), mask)
-    inside = op("aten::logical_and.default", (above, below), mask)
-    return op("aten::all.default", (inside,), TensorType("bool", (), ()))
+    flag = TensorType("bool", (), ())
+    above = op("aten::all.default", (op("aten::ge.Scalar", (low, Constant(0)), mask),), flag)
+    below = op("aten::all.default", (op("aten::lt.Scalar", (index, size), mask),), flag)
+    return op("aten::logical_and.default", (above, below), flag)
 
 
 def _first_failure(in_range: list[Value], fresh: Iterator[int], ops: list[TensorOp]) -> Value:
