@@ -140,6 +140,55 @@ def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:
     return rewritten
 
 
+def scatter_reduce_in_range(
+    input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *, include_self: bool = True
+) -> torch.Tensor:
+    """`scatter_reduce` with its index clamped (`_writes_in_range`); without `include_self`, the
+    reduction over `src` alone into a tensor of the reduction's identity, kept where any index
+    points and `input` elsewhere (a mean: the sums over the counts).
+
+    torch-mlir's own form of `include_self=False`, the one PyTorch Geometric's max, min and mean
+    aggregations take (`new_zeros(...).scatter_reduce_(0, index, src, "amax", include_self=False)`),
+    fails in IREE 3.13 over a run-time number of rows ("exceeded stack allocation limit"), where the
+    reduction with `include_self` compiles.
+
+    >>> x, i = torch.full((3,), 5.0), torch.tensor([0, 0, 2])
+    >>> scatter_reduce_in_range(x, 0, i, torch.tensor([1.0, -2.0, 3.0]), "amax", include_self=False).tolist()
+    [1.0, 5.0, 3.0]
+    """
+    reduce_in_range = _writes_in_range(aten.scatter_reduce.two, False)
+    floating = input.dtype.is_floating_point
+    if include_self or reduce not in _IDENTITIES or (reduce == "mean" and not floating):
+        return reduce_in_range(input, dim, index, src, reduce, include_self=include_self)
+    index = _clamped(index, input.shape[dim], False)
+    ones = aten.ones_like(index, dtype=input.dtype)
+    counts = _writes_in_range(aten.scatter_add.default, False)(aten.zeros_like(input), dim, index, ones)
+    if reduce == "mean":
+        sums = _writes_in_range(aten.scatter_add.default, False)(aten.zeros_like(input), dim, index, src)
+        reduced = aten.div.Tensor(sums, aten.clamp(counts, 1))
+    else:
+        identity = _IDENTITIES[reduce](input.dtype)
+        start = aten.full_like(input, identity)
+        reduced = reduce_in_range(start, dim, index, src, reduce, include_self=True)
+    return aten.where.self(aten.gt(counts, 0), reduced, input)
+
+
+def _extreme(dtype: torch.dtype, lowest: bool) -> float | int:
+    if dtype.is_floating_point:
+        return float("-inf") if lowest else float("inf")
+    info = torch.iinfo(dtype) if dtype != torch.bool else None
+    return (info.min if lowest else info.max) if info is not None else (not lowest)
+
+
+# The value a reduction starts from when `include_self` leaves the destination's value out.
+_IDENTITIES = {
+    "sum": lambda dtype: 0,
+    "prod": lambda dtype: 1,
+    "amax": lambda dtype: _extreme(dtype, True),
+    "amin": lambda dtype: _extreme(dtype, False),
+    "mean": lambda dtype: 0,
+}
+
 _INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 IN_RANGE = {
     aten.embedding.default: embedding_in_range,
@@ -154,10 +203,10 @@ IN_RANGE = {
             aten.scatter.src,
             aten.scatter.value,
             aten.scatter_add.default,
-            aten.scatter_reduce.two,
             aten.index_add.default,
             aten.index_copy.default,
         )
     },
+    aten.scatter_reduce.two: scatter_reduce_in_range,
     **{overload: _writes_in_range(overload, True) for overload in _INDEX_FILLS},
 }

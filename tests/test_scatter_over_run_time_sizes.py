@@ -2,10 +2,12 @@
 node id per row over the features (`dst.unsqueeze(-1).expand_as(msg)`, PyTorch Geometric's
 `scatter`). Each bundle checks its indices before the segment (`guards.py`), and that check's
 `all` over both bounds of such an index did not compile ("exceeded stack allocation limit"), so the
-export was refused; each bound is now reduced on its own."""
+export was refused; each bound is now reduced on its own. `scatter_reduce` without `include_self`
+(max, min and mean aggregation) failed the same way, for its own form."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -54,3 +56,33 @@ def test_mean_aggregation_over_run_time_nodes_and_edges(tmp_path) -> None:
         (torch.randn(3, 4), torch.tensor([[0, 1], [1, 3]])),  # an edge to node 3 of 3
         "index 3 is out of bounds|out of range",
     )
+
+
+class NeighbourhoodReduction(nn.Module):
+    """PyTorch Geometric's max, min and mean aggregation as its `scatter` writes them:
+    `scatter_reduce_(0, index, src, reduce, include_self=False)` into zeros, so that a node no edge
+    reaches stays 0 and the others hold the reduction of their messages alone. torch-mlir's form of
+    `include_self=False` did not compile over a run-time number of edges; the exporter's does
+    (`index_clamping.scatter_reduce_in_range`)."""
+
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        src, dst = edge_index[0], edge_index[1]
+        msg = x[src]
+        index = dst.unsqueeze(-1).expand_as(msg)
+        out = x.new_zeros(x.size(0), x.size(1)).scatter_reduce_(0, index, msg, self.reduce, include_self=False)
+        return torch.cat([x, out], 1)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "mean", "prod"])
+def test_max_min_mean_and_product_of_neighbours(tmp_path, reduce) -> None:
+    torch.manual_seed(1)
+    example = (torch.randn(4, 3), torch.tensor([[0, 1, 2, 3, 1], [1, 2, 3, 0, 0]]))
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, NeighbourhoodReduction(reduce), example, f"reduce_{reduce}", [{0: "nodes"}, {1: "edges"}]
+    )
+    for nodes, edges in ((4, [[0, 1, 2, 3, 1], [1, 2, 3, 0, 0]]), (6, [[0, 1, 2, 5], [1, 1, 1, 4]]), (2, [[1], [0]])):
+        check_hosts(scripted, [compiled, python], (torch.randn(nodes, 3), torch.tensor(edges)))
