@@ -148,3 +148,26 @@ def test_a_unique_along_a_dim_of_a_matrix_is_refused_with_its_line(tmp_path) -> 
 
     with pytest.raises(dycl_iree.UnsupportedOpError, match="unique_dim"):
         dycl_iree.export(Rows(), (torch.tensor([[1, 2], [1, 2], [3, 4]]),))
+
+
+class PresentGroupMeans(nn.Module):
+    """Each row's group is an argmax; the groups present are found by `unique`, and each row gets
+    its group's mean back (the fuzzer's `group_aggregate` idiom, seed 127011)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = x[:, :2].argmax(1)
+        present, place, sizes = torch.unique(g, return_inverse=True, return_counts=True)
+        sums = x.new_zeros(present.size(0), x.size(1)).index_add(0, place, x)
+        return x + (sums / sizes.unsqueeze(1).to(x.dtype))[place] * 0.1
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_unique_values_of_a_static_number_of_elements(tmp_path, rows) -> None:
+    """With one element, the count is known to be one: read at run time, it made IREE 3.13 fail to
+    compile the writes it sizes ("'memref.alloca' op expected no unbounded stack allocations")."""
+    torch.manual_seed(rows)
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, PresentGroupMeans(), (torch.randn(rows, 8),), f"present_{rows}"
+    )
+    for x in (torch.randn(rows, 8), -torch.randn(rows, 8), torch.eye(rows, 8)):
+        check_hosts(scripted, (compiled, python), (x,))

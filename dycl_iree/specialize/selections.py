@@ -270,7 +270,8 @@ class Selections:
         ones = self.apply("aten::ones_like.default", [places], [], source)
         counts = self.apply("aten::scatter_add.default", [zeros, Constant(0), places, ones], [], source, "counts")
         for output in (values, counts):
-            self.dim_sources[(output, 0)] = count
+            if isinstance(count, Value):
+                self.dim_sources[(output, 0)] = count
         return [values, inverse, counts]
 
     def check_unique_dtype(self, tensor: Any, op: str, source: str) -> None:
@@ -286,7 +287,12 @@ class Selections:
 
     def read_count(self, flags: Any, ts_output: Any, source: str) -> Any:
         """The number of true `flags`, read to the host; its example the size of the model's result in
-        the observed run."""
+        the observed run. Of at most one flag, known to be that many (the first element is always a
+        first): a count of one element that only the run time knows made IREE 3.13 fail to compile
+        the writes it sizes ("'memref.alloca' op expected no unbounded stack allocations")."""
+        size = tensor_type_of(flags).shape[0]
+        if size is not None and size <= 1:
+            return Constant(size)
         total = self.apply("aten::sum.default", [flags], [("dtype", Constant(torch.int64))], source, "distinct")
         count = self.new_value(ScalarType("int", self.observed_total(ts_output, 0)), "count")
         self.nodes.append(HostOp("aten::Int.Tensor", (total,), (count,), source))
