@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import cpu_features, data_tiling
+from . import counted_orders, cpu_features, data_tiling
 from .index_clamping import IN_RANGE
 from .nan_keeping import KEEPING_NAN
 from .winograd import outgrows_direct
@@ -59,6 +59,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.roll.default] = roll_of_the_flattened
     table[aten.masked_scatter.default] = masked_scatter_by_gather
     table[aten.repeat_interleave.Tensor] = repeat_interleave_of_output_size
+    table.update(counted_orders.TABLE)
     for op, with_tensor in (*_SCALAR_COMPARISONS.items(), *_SCALAR_OPERANDS.items()):
         table[op] = with_number_in_its_dtype(with_tensor)
     for op, rewrite in IN_RANGE.items():

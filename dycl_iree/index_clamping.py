@@ -31,11 +31,19 @@ def embedding_in_range(weight: torch.Tensor, indices: torch.Tensor, *rest: Any) 
     return aten.embedding(weight, _clamped(indices, weight.shape[0], False), *rest)
 
 
+def _nonnegative(dim: int, input: torch.Tensor) -> int:
+    """`dim` counted from the front: torch-mlir's scatter conversion crashes (SIGSEGV in
+    ConvertAtenScatterOp) on `x.scatter(-1, i, src)`."""
+    return dim % input.dim() if input.dim() else dim
+
+
 def index_select_in_range(input: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
+    dim = _nonnegative(dim, input)
     return aten.index_select(input, dim, _clamped(index, input.shape[dim], False))
 
 
 def gather_in_range(input: torch.Tensor, dim: int, index: torch.Tensor, sparse_grad: bool = False) -> torch.Tensor:
+    dim = _nonnegative(dim, input)
     return aten.gather(input, dim, _clamped(index, input.shape[dim], False), sparse_grad=sparse_grad)
 
 
@@ -133,6 +141,7 @@ def _writes_in_range(overload: Any, wrap_negative: bool) -> Any:
     clamped, into a destination of its own (`_unshared`)."""
 
     def rewritten(input: torch.Tensor, dim: int, index: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
+        dim = _nonnegative(dim, input)
         index = _clamped(index, input.shape[dim], wrap_negative)
         return overload(_unshared(input, index), dim, index, *rest, **kwargs)
 
@@ -158,6 +167,7 @@ def scatter_reduce_in_range(
     """
     reduce_in_range = _writes_in_range(aten.scatter_reduce.two, False)
     floating = input.dtype.is_floating_point
+    dim = _nonnegative(dim, input)
     if include_self or reduce not in _IDENTITIES or (reduce == "mean" and not floating):
         return reduce_in_range(input, dim, index, src, reduce, include_self=include_self)
     index = _clamped(index, input.shape[dim], False)

@@ -70,6 +70,8 @@ class Selections:
             return self.repeat_interleave(target, args, source, name, ts_output)
         if target == "aten::bincount.default" and not isinstance(args[0], Constant):
             return [self.bincount(args, source, name, ts_output)]
+        if target == "aten::linspace.default" and len(args) > 2 and isinstance(args[2], Value):
+            return self.linspace(args, dict(kwargs), source, name)
         if target in _UNIQUE and not isinstance(args[0], Constant):
             # Along a dim of a 1-D tensor is of the whole tensor; other dims are refused (no meta kernel).
             dims = {"aten::unique_dim.default": 1, "aten::unique_consecutive.default": 3}
@@ -254,6 +256,45 @@ class Selections:
         firsts = self.indices_of(starts, count, source)
         values = self.apply("aten::index_select.default", [flat, Constant(0), firsts], [], source, name)
         return self.with_counts(values, places, tensor, count, source)
+
+    def linspace(self, args: list, kwargs: dict, source: str, name: str) -> list | None:
+        """`torch.linspace(start, end, steps)` with `steps` known only at run time (a sampler's steps,
+        the frames of an input): as PyTorch's CPU kernel computes it, the first half from `start`
+        up and the second from `end` down by a step of (end - start) / (steps - 1) in the result's
+        dtype. torch's own decomposition branches on `steps == 1`, so torch.export fixed the steps
+        at the example's; here the length is the host int `steps`. None (the op as it is) where a
+        bound is known only at run time or the dtype is not a float's."""
+        start, end, steps = args[:3]
+        dtype_arg = args[3] if len(args) > 3 else kwargs.get("dtype", Constant(None))
+        dtype = dtype_arg.value if isinstance(dtype_arg, Constant) else None
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not (isinstance(start, Constant) and isinstance(end, Constant)) or not dtype.is_floating_point:
+            return None
+
+        def op(target: str, *operands: Any, **keywords: Any) -> Any:
+            return self.apply(target, list(operands), [(k, Constant(v)) for k, v in keywords.items()], source)
+
+        index = op("aten::arange.default", steps, dtype=torch.int64)
+        count = op("aten::scalar_tensor.default", steps, dtype=dtype)
+        gaps = op("aten::clamp_min.default", op("aten::sub.Scalar", count, Constant(1.0)), Constant(1.0))
+        bounds = [Constant(torch.tensor(bound.value, dtype=dtype)) for bound in (start, end)]
+        step = op("aten::div.Tensor", op("aten::sub.Tensor", bounds[1], bounds[0]), gaps)
+        ahead = op("aten::to.dtype", index, Constant(dtype))
+        last = op("aten::scalar_tensor.default", self.emit_host("aten::sub.int", (steps, Constant(1)), "int", source))
+        behind = op(
+            "aten::to.dtype",
+            op("aten::sub.Tensor", op("aten::to.dtype", last, Constant(torch.int64)), index),
+            Constant(dtype),
+        )
+        from_start = op("aten::add.Tensor", bounds[0], op("aten::mul.Tensor", step, ahead))
+        from_end = op("aten::sub.Tensor", bounds[1], op("aten::mul.Tensor", step, behind))
+        # PyTorch fills a single step with `start`: the first half is that one step then.
+        halfway = self.emit_host("aten::floordiv.int", (steps, Constant(2)), "int", source)
+        halfway = self.emit_host("prim::max.int", (halfway, Constant(1)), "int", source)
+        first_half = op("aten::lt.Tensor", index, op("aten::scalar_tensor.default", halfway, dtype=torch.int64))
+        output = self.apply("aten::where.self", [first_half, from_start, from_end], [], source, name)
+        self.dim_sources[(output, 0)] = steps
+        return [output]
 
     def indices_of(self, flags: Any, count: Any, source: str) -> Any:
         """The indices of the `count` true elements of the 1-D `flags`, in order."""

@@ -1,0 +1,157 @@
+"""Ops that torch-mlir does not lower, written as comparisons counted along a dim (`searchsorted`, a
+stable `sort` / `argsort(stable=True)`) or as the differences they measure (`cdist`).
+
+Where PyTorch searches or sorts, these compare each element with every other along the dim and
+count: n^2 compares over n elements (m x n for a search of m values in n), which IREE fuses into
+its reductions without an n x n tensor. That suits what models search and sort at run time (a
+CDF's bins, a beam's candidates, a batch's scores: hundreds to thousands), exactly, with NaN
+placed where PyTorch places it. `decompositions.decomposition_table` installs `TABLE`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def searchsorted_by_counting(
+    sorted_sequence: torch.Tensor,
+    self: torch.Tensor,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: torch.Tensor | None = None,
+) -> Any:
+    """`torch.searchsorted(seq, values)`: how many of the sequence's elements (of its last dim,
+    per row where it has more dims) lie before each value: those not at least the value (`right`:
+    not greater), as PyTorch's binary search decides it, so a NaN value goes after every element.
+    For a sequence that holds NaN itself the binary search's answer depends on where it probes,
+    which counting does not follow. A `sorter` keeps the op (refused, with its line).
+
+    >>> seq = torch.tensor([0.1, 0.5, 0.9, 1.0])
+    >>> searchsorted_by_counting(seq, torch.tensor([float("nan"), 0.5, -1.0, 2.0])).tolist()
+    [4, 1, 0, 4]
+    >>> searchsorted_by_counting(seq, torch.tensor([0.5]), right=True).tolist()
+    [2]
+    """
+    if sorter is not None:
+        return NotImplemented
+    right = right or side == "right"
+    if sorted_sequence.dim() == 1:
+        elements = aten.reshape(sorted_sequence, [1] * self.dim() + [-1])
+    else:
+        elements = aten.unsqueeze(sorted_sequence, -2)  # [..., 1, n] against [..., m, 1]
+    values = aten.unsqueeze(self, -1)
+    reached = aten.gt.Tensor(elements, values) if right else aten.ge.Tensor(elements, values)
+    before = aten.logical_not(reached)
+    return aten.sum.dim_IntList(before, [-1], dtype=torch.int32 if out_int32 else torch.int64)
+
+
+def searchsorted_of_a_number(
+    sorted_sequence: torch.Tensor, self: Any, *, out_int32: bool = False, right: bool = False, **rest: Any
+) -> Any:
+    value = aten.scalar_tensor(self, dtype=sorted_sequence.dtype)
+    return searchsorted_by_counting(sorted_sequence, value, out_int32=out_int32, right=right, **rest)
+
+
+def stable_sort_by_counting(
+    self: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.sort(x, stable=True)` (and `argsort(stable=True)`, which makes it): each element's
+    place is how many elements come before it, those ordered before it and the equal ones at
+    smaller indices; NaN after every number (before, descending), in their order. The indices are
+    the positions written at those places, the values gathered at the indices.
+
+    torch-mlir lowers `sort` but not `sort.stable` ("failed to legalize operation
+    'torch.operator'"), and its `sort` does not order NaN last (README, Known traps).
+
+    >>> x = torch.tensor([3.0, float("nan"), 1.0, 3.0, -0.0, 0.0])
+    >>> stable_sort_by_counting(x, stable=True)[1].tolist()
+    [4, 5, 2, 0, 3, 1]
+    >>> stable_sort_by_counting(x, stable=True, descending=True)[1].tolist()
+    [1, 0, 3, 2, 4, 5]
+    """
+    dim = dim % max(self.dim(), 1)
+    if self.dim() == 0:
+        return self, aten.zeros_like(self, dtype=torch.int64)
+    moved = aten.movedim(self, dim, -1)
+    mine, others = aten.unsqueeze(moved, -1), aten.unsqueeze(moved, -2)  # [..., i, 1], [..., 1, j]
+    positions = _positions(moved)
+    earlier = aten.lt.Tensor(aten.unsqueeze(positions, -2), aten.unsqueeze(positions, -1))  # j < i
+    if self.dtype.is_floating_point:
+        nan_mine, nan_others = aten.isnan(mine), aten.isnan(others)
+        ahead = aten.gt.Tensor(others, mine) if descending else aten.lt.Tensor(others, mine)
+        nan_first = nan_others if descending else nan_mine
+        number = aten.logical_not(nan_mine if descending else nan_others)
+        ahead = aten.logical_or(ahead, aten.logical_and(nan_first, number))
+        tie = aten.logical_or(aten.eq.Tensor(others, mine), aten.logical_and(nan_mine, nan_others))
+    else:
+        ahead = aten.gt.Tensor(others, mine) if descending else aten.lt.Tensor(others, mine)
+        tie = aten.eq.Tensor(others, mine)
+    before = aten.logical_or(ahead, aten.logical_and(tie, earlier))
+    places = aten.sum.dim_IntList(before, [-1], dtype=torch.int64)
+    last = moved.dim() - 1  # a negative dim crashes torch-mlir's scatter conversion (SIGSEGV)
+    indices = aten.scatter.src(aten.zeros_like(positions), last, places, positions)
+    values = aten.gather(moved, last, indices)
+    return aten.movedim(values, -1, dim), aten.movedim(indices, -1, dim)
+
+
+def _positions(tensor: torch.Tensor) -> torch.Tensor:
+    """0, 1, ... along the last dim of `tensor` (of any size, known or not), as int64, broadcast to its shape."""
+    ones = aten.ones_like(tensor, dtype=torch.int64)
+    return aten.sub(aten.cumsum(ones, -1), 1)
+
+
+def cdist_by_differences(
+    x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0, compute_mode: int | None = None
+) -> torch.Tensor:
+    """`torch.cdist(x1, x2, p)`: the p-norm of each pair of rows' difference. With p = 2 and more
+    than 25 rows on either side (sizes known at export), or `compute_mode` asking it, PyTorch
+    computes it from a matmul (`|a|^2 + |b|^2 - 2 a.b`, clamped, square root) and so does this;
+    otherwise, and over run-time numbers of rows, from the differences themselves (PyTorch's other
+    form; the two agree to rounding). torch-mlir's own decomposition reaches an op it does not
+    lower.
+
+    >>> a, b = torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([[3.0, 4.0]])
+    >>> cdist_by_differences(a, b).tolist()
+    [[5.0], [3.605551242828369]]
+    """
+    rows = (x1.shape[-2], x2.shape[-2])
+    large = all(isinstance(size, int) for size in rows) and max(rows) > 25
+    if p == 2.0 and (compute_mode == 1 or (compute_mode in (None, 0) and large)):
+        return _euclidean_by_matmul(x1, x2)
+    differences = aten.abs(aten.sub(aten.unsqueeze(x1, -2), aten.unsqueeze(x2, -3)))  # [..., r1, r2, d]
+    if p == 0.0:
+        return aten.sum.dim_IntList(aten.ne.Scalar(differences, 0), [-1], dtype=x1.dtype)
+    if math.isinf(p):
+        return aten.amax(differences, [-1])
+    if p == 1.0:
+        return aten.sum.dim_IntList(differences, [-1])
+    if p == 2.0:
+        return aten.sqrt(aten.sum.dim_IntList(aten.mul(differences, differences), [-1]))
+    return aten.pow.Tensor_Scalar(aten.sum.dim_IntList(aten.pow.Tensor_Scalar(differences, p), [-1]), 1.0 / p)
+
+
+def _euclidean_by_matmul(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """PyTorch's matmul form of the Euclidean distances (its `_euclidean_dist`: |a|^2 + |b|^2 - 2 a.b,
+    clamped to 1e-30, square root), with the norms added after the matmul rather than as two more
+    columns of it: a constant `x2` (a codebook) made the concatenation a list of a constant and
+    traced tensors, which torch-mlir's importer refuses ("Heterogeneous lists are not supported")."""
+    norm1 = aten.sum.dim_IntList(aten.mul(x1, x1), [-1], True)
+    norm2 = aten.sum.dim_IntList(aten.mul(x2, x2), [-1], True)
+    products = aten.matmul(aten.mul(x1, -2.0), aten.transpose(x2, -2, -1))
+    squared = aten.add(aten.add(products, norm1), aten.transpose(norm2, -2, -1))
+    return aten.sqrt(aten.clamp_min(squared, 1e-30))
+
+
+TABLE = {
+    aten.searchsorted.Tensor: searchsorted_by_counting,
+    aten.searchsorted.Scalar: searchsorted_of_a_number,
+    aten.sort.stable: stable_sort_by_counting,
+    aten.cdist.default: cdist_by_differences,
+}
