@@ -1,5 +1,6 @@
 """Ops that torch-mlir does not lower, written as comparisons counted along a dim (`searchsorted`, a
-stable `sort` / `argsort(stable=True)`) or as the differences they measure (`cdist`).
+stable `sort` / `argsort(stable=True)`, `kthvalue`, `median`, `cummax` / `cummin`) or as the
+differences they measure (`cdist`).
 
 Where PyTorch searches or sorts, these compare each element with every other along the dim and
 count: n^2 compares over n elements (m x n for a search of m values in n), which IREE fuses into
@@ -149,9 +150,94 @@ def _euclidean_by_matmul(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     return aten.sqrt(aten.clamp_min(squared, 1e-30))
 
 
+def kthvalue_by_counting(self: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False) -> tuple:
+    """`torch.kthvalue(x, k, dim)`: the element at place k - 1 of the stable sort along `dim`
+    (`stable_sort_by_counting`; NaN after every number), and its index. Of equal values PyTorch's
+    kernel (a selection, not a sort) may return another one's index; the value is the same.
+
+    >>> kthvalue_by_counting(torch.tensor([3.0, 1.0, 2.0, 1.0, 5.0]), 2)
+    (tensor(1.), tensor(3))
+    """
+    values, indices = stable_sort_by_counting(self, stable=True, dim=dim)
+    dim = dim % max(self.dim(), 1)
+    picked = [aten.select.int(t, dim, k - 1) if self.dim() else t for t in (values, indices)]
+    if keepdim and self.dim():
+        picked = [aten.unsqueeze(t, dim) for t in picked]
+    return picked[0], picked[1]
+
+
+def median_by_counting(self: torch.Tensor, dim: int = -1, keepdim: bool = False) -> tuple:
+    """`x.median(dim)`: the lower median, the element at place (n - 1) // 2 of the stable sort; where
+    the slice holds NaN, NaN and the index of its first NaN, as PyTorch returns them."""
+    size = self.shape[dim % max(self.dim(), 1)] if self.dim() else 1
+    value, index = kthvalue_by_counting(self, (size - 1) // 2 + 1, dim, keepdim)
+    if not self.dtype.is_floating_point or not self.dim():
+        return value, index
+    nan = aten.isnan(self)
+    dim = dim % self.dim()
+    has_nan = aten.any.dim(nan, dim, keepdim)
+    first_nan = aten.argmax(aten.to.dtype(nan, torch.int32), dim, keepdim)
+    return aten.where.self(has_nan, aten.full_like(value, float("nan")), value), aten.where.self(
+        has_nan, first_nan, index
+    )
+
+
+def median_of_all(self: torch.Tensor) -> torch.Tensor:
+    """`x.median()`: the lower median of every element (`median_by_counting` of the flattened)."""
+    return median_by_counting(aten.reshape(self, [-1]), 0)[0]
+
+
+def cumulative_extreme(largest: bool) -> Any:
+    """`torch.cummax` (`largest`) or `torch.cummin` along `dim`: element i's value is the extreme of
+    the elements up to it, NaN from the first NaN on, and its index the last of those that equal it
+    (the last NaN, from the first on), as PyTorch's kernel gives it.
+
+    >>> cumulative_extreme(True)(torch.tensor([4.0, 4.0, 1.0, float("nan"), 0.0]), 0)[1].tolist()
+    [0, 1, 1, 3, 3]
+    """
+
+    def rewritten(self: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.dim() == 0:
+            return self, aten.zeros_like(self, dtype=torch.int64)
+        dim = dim % self.dim()
+        moved = aten.movedim(self, dim, -1)
+        positions = _positions(moved)
+        up_to = aten.le.Tensor(aten.unsqueeze(positions, -2), aten.unsqueeze(positions, -1))  # [..., i, j]: j <= i
+        others = aten.unsqueeze(moved, -2)
+        floating = self.dtype.is_floating_point
+        if floating:
+            bound = float("-inf") if largest else float("inf")
+        else:
+            info = torch.iinfo(self.dtype)
+            bound = info.min if largest else info.max
+        nan = aten.isnan(others) if floating else aten.zeros_like(others, dtype=torch.bool)
+        numbers = aten.where.self(aten.logical_or(aten.logical_not(up_to), nan), aten.full_like(others, bound), others)
+        extreme = aten.amax(numbers, [-1]) if largest else aten.amin(numbers, [-1])
+        nan_before = aten.logical_and(up_to, nan)
+        any_nan = aten.any.dim(nan_before, -1)
+        value = aten.where.self(any_nan, aten.full_like(extreme, float("nan")), extreme) if floating else extreme
+        matches = aten.logical_or(
+            aten.logical_and(up_to, aten.eq.Tensor(others, aten.unsqueeze(extreme, -1))),
+            nan_before,
+        )
+        matches = aten.where.self(aten.unsqueeze(any_nan, -1), nan_before, matches)
+        candidates = aten.where.self(
+            matches, aten.unsqueeze(positions, -2), aten.full_like(up_to, -1, dtype=torch.int64)
+        )
+        index = aten.amax(candidates, [-1])
+        return aten.movedim(value, -1, dim), aten.movedim(index, -1, dim)
+
+    return rewritten
+
+
 TABLE = {
     aten.searchsorted.Tensor: searchsorted_by_counting,
     aten.searchsorted.Scalar: searchsorted_of_a_number,
     aten.sort.stable: stable_sort_by_counting,
+    aten.kthvalue.default: kthvalue_by_counting,
+    aten.median.dim: median_by_counting,
+    aten.median.default: median_of_all,
+    aten.cummax.default: cumulative_extreme(True),
+    aten.cummin.default: cumulative_extreme(False),
     aten.cdist.default: cdist_by_differences,
 }

@@ -151,3 +151,44 @@ def test_one_hot_by_a_scatter_along_the_last_dim(tmp_path) -> None:
     _, scripted, compiled, python = export_compiled(tmp_path, OneHot(), (torch.randn(3, 5),), "one_hot", [{0: "n"}])
     for n in (3, 1, 8):
         check_hosts(scripted, [compiled, python], (torch.randn(n, 5),))
+
+
+class RobustScale(nn.Module):
+    """Median-based normalization of each row (`x.median(-1, keepdim=True)`), a batch-wide median,
+    and each row's second smallest value (`torch.kthvalue`), over run-time rows."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        center, where = x.median(-1, keepdim=True)
+        second = torch.kthvalue(x, 2, dim=1).values
+        return x - center, where, x.median(), second
+
+
+def test_medians_and_kth_values_with_nan(tmp_path) -> None:
+    """A row with NaN has the median NaN at its first NaN's index, as PyTorch gives it. Ties are
+    left out of the indices checked: of equal values PyTorch's selection may return any's index."""
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, RobustScale(), (torch.randn(3, 5),), "robust_scale", [{0: "rows"}]
+    )
+    torch.manual_seed(3)
+    with_nan = torch.tensor([[1.0, NAN, 2.0, 0.5, NAN], [3.0, 0.0, 2.0, -1.0, 9.0]])
+    for x in (torch.randn(3, 5), torch.randn(1, 5), with_nan, torch.randn(6, 5)):
+        check_hosts(scripted, [compiled, python], (x,))
+
+
+class RunningBest(nn.Module):
+    """The best score so far along a sequence and where it was reached (`torch.cummax`, ties to the
+    latest), and the lowest loss so far (`torch.cummin`), over run-time lengths."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        best, at = torch.cummax(scores, dim=1)
+        lowest, when = torch.cummin(scores, dim=1)
+        return best, at, lowest, when
+
+
+def test_running_extremes_with_ties_and_nan(tmp_path) -> None:
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, RunningBest(), (torch.randn(2, 6),), "running_best", [{1: "steps"}]
+    )
+    ties = torch.tensor([[4.0, 4.0, 1.0, 4.0, 0.0, 5.0, 5.0], [2.0, NAN, 1.0, NAN, 0.0, 3.0, 3.0]])
+    for scores in (torch.randn(2, 6), ties, torch.randn(2, 1), torch.randint(0, 3, (2, 9)).float()):
+        check_hosts(scripted, [compiled, python], (scores,))
