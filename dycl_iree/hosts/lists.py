@@ -131,9 +131,9 @@ def _list_item(emitter: Any, node: HostOp, result: str) -> str:
     either end would read outside the buffer): a select at i, plus len where i is negative.
 
     Not a select of the list twice over at i + len: that copies the list on every read (a `for`
-    over a list is quadratic), and IREE 3.13 mis-sizes it where the list is a loop's result that a
-    later append extends: the compiled host failed with OUT_OF_RANGE at `hal.device.queue.execute`
-    (README, Known traps)."""
+    over a list is quadratic), and where the list was a loop's result that a later append extends,
+    the compiled host failed with OUT_OF_RANGE at `hal.device.queue.execute` (IREE 3.13; README,
+    Known traps)."""
     output = node.outputs[0].type
     if not (isinstance(output, ScalarType) and output.kind in _ELEMENTS and output.kind == node.args[0].type.element):
         raise CompiledHostUnsupported(f"an item of a list of {output} ({node.source})")
