@@ -57,7 +57,7 @@ class WeightTracker(RefTracker):
             del self._refs[id(referrent)]
         mapping = super().track(referrent)
         if mapping.is_empty and _real_tensor(referrent):
-            mapping.value = _literal(referrent, self.context)
+            mapping.value = tensor_literal(referrent, self.context)
         return mapping
 
 
@@ -71,7 +71,7 @@ def _real_tensor(value: Any) -> bool:
     )
 
 
-def _literal(tensor: torch.Tensor, context: Any) -> Any:
+def tensor_literal(tensor: torch.Tensor, context: Any) -> Any:
     """The DenseResourceElementsAttr that torch-mlir's `_make_vtensor_literal_op` makes of `tensor`."""
     from torch_mlir.ir import DenseResourceElementsAttr, Location
 

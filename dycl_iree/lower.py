@@ -35,6 +35,7 @@ import torch.fx as fx
 from torch.export import Dim
 
 from . import winograd
+from .constant_ranges import fold_ranges_in
 from .decompositions import (
     NEAREST_BY_SIZES,
     decomposition_table,
@@ -123,6 +124,9 @@ def _import_segments(
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
                 _verify_function(importer.module, segment.name)
+                function = _function(importer.module, segment.name)
+                if function is not None:
+                    fold_ranges_in(function, importer.module.context)
         except UnsupportedOpError:
             raise
         except Exception as error:
@@ -134,10 +138,17 @@ def _verify_function(module: Any, name: str) -> None:
     """Verify the function the importer just made: it can write an invalid op (`aten.sub.Tensor` of
     an int, from a decomposition's `size - index`), which otherwise failed a later pass with a bare
     MLIRError; raised here, the error names the op it came from (`_explain`)."""
+    function = _function(module, name)
+    if function is not None:
+        function.verify()
+
+
+def _function(module: Any, name: str) -> Any:
+    """The function `name` of the imported `module` (None if it has none)."""
     for operation in module.body.operations:
         if "sym_name" in operation.attributes and operation.attributes["sym_name"].value == name:
-            operation.verify()
-            return
+            return operation
+    return None
 
 
 def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any) -> Any:

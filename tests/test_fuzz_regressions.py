@@ -987,3 +987,62 @@ def test_a_tensor_and_a_join_of_it_alone_leave_a_branch_as_two_buffers(tmp_path)
         x = torch.randn(2, 6, generator=torch.Generator().manual_seed(seed))
         rows.add(check_hosts(scripted, (compiled, python), (x, 0.5))[2].shape[0])
     assert rows == {2, 4}, rows  # both sides: the return (one tensor joined) and the other
+
+
+class _PositionsOfArgmaxAcrossHostReads(nn.Module):
+    """Fuzzer seed 129012, reduced: argmax (whose NaN-keeping form, `nan_keeping.py`, compares with
+    the positions `arange(4)`) in segments on both sides of a branch, in a loop unrolled around a
+    host read, and in a loop over the rows. IREE 3.13 left one copy of the positions' dispatch,
+    which has no operands, outside every execution region ("'stream.async.dispatch' op : streamable
+    op expected to be in an execution region"), and the compiled host fell back. A range with
+    bounds known at export is a literal now (`constant_ranges.py`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row_layer = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        if math.exp(-float(h.abs().mean())) > 0.185986:
+            h = h + h.argmax(1, keepdim=True).to(h.dtype) * 0.1
+        else:
+            for _ in range(2):
+                h = h + h.argmax(1, keepdim=True).to(h.dtype) * 0.1
+                g = h[:, :3].argmax(1)
+                sums = torch.zeros(3, h.size(1)).index_add(0, g, h)
+                sizes = torch.bincount(g, minlength=3).to(h.dtype)
+                h = h + (sums / sizes.clamp(min=1.0).unsqueeze(1))[g] * 0.1
+                if bool((h > 0.830998).any()):
+                    h = h * 0.75 + 0.125
+                else:
+                    h = h + 0.25
+            rows: List[torch.Tensor] = []  # noqa: UP006  (the spelling the fuzzer writes)
+            for t in range(h.size(0)):
+                r = h[t]
+                r = r * 0.5 + r.mean()
+                r = r + float(t) * 0.1
+                if int(r.argmax()) > 0:
+                    r = r - r.max() * 0.5
+                else:
+                    r = self.row_layer(r)
+                rows.append(r.view(1, -1))
+            h = torch.cat(rows)
+            h = h / (h.abs().sum() + 1.0) * 4.0
+            h = h + h[0, 1] * 0.25
+        return h
+
+
+def test_ranges_known_at_export_leave_no_dispatch_outside_an_execution_region(tmp_path) -> None:
+    from tests.conftest import check_hosts, export_compiled
+
+    torch.manual_seed(129012)
+    model = _PositionsOfArgmaxAcrossHostReads()
+    example = (torch.randn(3, 4),)
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "ranges", [{0: "batch"}])
+    for scale, rows in ((0.3, 3), (4.0, 3), (4.0, 1), (0.5, 5), (6.0, 6), (-4.0, 3)):
+        x = torch.randn(rows, 4, generator=torch.Generator().manual_seed(rows)) * scale
+        x = -x.abs() if scale < 0 else x  # every element negative: no element past the threshold
+        check_hosts(scripted, (compiled, python), (x,))
+    decisions = {name: set(counts) for name, counts in python.decisions.items()}
+    assert decisions["if0"] == {True, False}, decisions  # the outer `if`
+    assert sum(sides == {True, False} for sides in decisions.values()) >= 3, decisions  # and two inner ones
