@@ -9,6 +9,12 @@ constant-expression hoisting, in the initializer it hoisted the dispatch to; REA
 As a literal, the range is a constant IREE stores in the module: no dispatch at all, nothing for
 the host to run at each call, and the values are PyTorch's own (`torch.arange` at export).
 
+Only where every target is a CPU (`lower(fold_ranges=...)`, `pipeline.export`): Vulkan's i64
+emulation cannot materialize the int64 literal that IREE inlines into the dispatch that reads it
+("failed to legalize unresolved target materialization from ('i64') to ('vector<2xi32>')"), so GPU
+targets keep the range's dispatch and, where the trap above meets it, the compile's own workaround
+(`compile.WORKAROUNDS`, aggressive fusion).
+
 Example:
     >>> from torch_mlir import ir
     >>> from torch_mlir.dialects import torch as torch_dialect

@@ -68,9 +68,12 @@ def lower(
     progress: Callable[[str], None] | None = None,
     only: Sequence[str] | None = None,
     exported: list[Any] | None = None,
+    fold_ranges: bool = True,
 ) -> LoweredModule:
     """Import every segment of `program` (or those named in `only`) into one MLIR module; `exported`,
-    if given, receives each segment's `ExportedProgram` (`explain_compile_error` reads its nodes)."""
+    if given, receives each segment's `ExportedProgram` (`explain_compile_error` reads its nodes).
+    With `fold_ranges` (CPU targets only: `constant_ranges.py`) an arange of bounds known at export
+    is imported as its literal."""
     from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_dialect
     from torch_mlir.extras.fx_importer import FxImporter
@@ -92,7 +95,9 @@ def lower(
     offsets = IntOffsets(program)
     ties: list[SizeTie] = []
     with _EXPORT_LOCK, OVERRIDE.kept():
-        _import_segments(program, only, progress, importer, constants, offsets, decompositions, exported_programs, ties)
+        _import_segments(
+            program, only, progress, importer, constants, offsets, decompositions, exported_programs, ties, fold_ranges
+        )
     module = importer.module
     if exported is not None:
         exported.extend(exported_programs)
@@ -109,6 +114,7 @@ def _import_segments(
     decompositions: Any,
     exported_programs: list[Any],
     ties: list[SizeTie],
+    fold_ranges: bool,
 ) -> None:
     for segment in program.segments:
         if only is not None and segment.name not in only:
@@ -125,7 +131,7 @@ def _import_segments(
                 exported_programs.append(exported)
                 _verify_function(importer.module, segment.name)
                 function = _function(importer.module, segment.name)
-                if function is not None:
+                if fold_ranges and function is not None:
                     fold_ranges_in(function, importer.module.context)
         except UnsupportedOpError:
             raise
@@ -807,7 +813,7 @@ def explain_compile_error(program: Program, target: str, error: Exception) -> Ex
 
     for segment in program.segments:
         exported: list[Any] = []
-        lowered = lower(program, only=[segment.name], exported=exported)
+        lowered = lower(program, only=[segment.name], exported=exported, fold_ranges=target.startswith("llvm-cpu"))
         try:
             compile_module(module_bytecode(lowered.module), target)
         except CompileError as segment_error:

@@ -119,6 +119,7 @@ def export(
             say(f"unchanged model: reused the cached export ({seconds:.1f} s; --no-cache to rebuild)")
             say(stage_report(timings, cpu_timings), detail=True)
             return cached
+
     def typed_and_lowered(observe_ints: bool) -> tuple[Program, LoweredModule]:
         say("specializing to the example inputs")
         typed = stage("specialize", lambda: specialize(captured, example_inputs, dynamic_shapes, observe_ints))
@@ -132,7 +133,10 @@ def export(
             say(f"lowering {name} of {len(program.segments)}", detail=True)
 
         with cpu_features.exporting_for(targets[0]):  # forms that depend on the processor (README, performance)
-            return program, stage("lower", lambda: lower(program, progress=lowering))
+            # A range as a literal is an i64 constant that Vulkan's i64 emulation cannot materialize
+            # (`constant_ranges.py`): GPU targets keep the range's dispatch.
+            cpu_only = all(target.startswith("llvm-cpu") for target in targets)
+            return program, stage("lower", lambda: lower(program, progress=lowering, fold_ranges=cpu_only))
 
     try:
         program, lowered = typed_and_lowered(observe_ints=False)

@@ -51,13 +51,13 @@ def test_weights_import_to_the_same_module_as_through_torch_mlirs_own_conversion
     torch.manual_seed(0)
     program = _program(_TwoConvolutions().eval(), (torch.randn(1, 3, 6, 6),))
     converted: list[torch.Tensor] = []
-    literal = literals._literal
+    literal = literals.tensor_literal
 
     def counting(tensor, context):
         converted.append(tensor)
         return literal(tensor, context)
 
-    monkeypatch.setattr(literals, "_literal", counting)
+    monkeypatch.setattr(literals, "tensor_literal", counting)
     ours = lower_stage.module_bytecode(lower_stage.lower(program).module)
     # The dtypes the model's weights have all went through the tracker's own conversion.
     assert {tensor.dtype for tensor in converted} >= {torch.float32, torch.int64}
