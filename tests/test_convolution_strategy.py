@@ -111,22 +111,23 @@ def test_the_form_follows_the_target_not_the_exporting_machine(
 
 
 def test_an_export_chooses_forms_for_its_first_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`export` lowers once for all its targets, with the forms of the first one."""
+    """`export` lowers once for all its targets, with the forms of the first one; ranges known at
+    export become literals only where every target is a CPU (`constant_ranges.py`)."""
     from dycl_iree import pipeline
 
     seen = []
 
-    def stop(program: Any, progress: Any = None) -> None:
-        seen.append(cpu_features.direct_convolutions_fast())
+    def stop(program: Any, progress: Any = None, fold_ranges: bool = True) -> None:
+        seen.append((cpu_features.direct_convolutions_fast(), fold_ranges))
         raise RuntimeError("stop after choosing")
 
     monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
     monkeypatch.setattr(pipeline, "lower", stop)
     model = nn.Conv2d(128, 8, 3, 1, 1).eval()
-    for targets in (("vulkan", "llvm-cpu"), ("llvm-cpu", "vulkan")):
+    for targets in (("vulkan", "llvm-cpu"), ("llvm-cpu", "vulkan"), ("llvm-cpu",)):
         with pytest.raises(RuntimeError, match="stop after choosing"):
             dycl_iree.export(model, (torch.randn(1, 128, 14, 14),), targets=targets)
-    assert seen == [True, False]
+    assert seen == [(True, False), (False, False), (False, True)]
     assert not cpu_features.direct_convolutions_fast()  # the host's choice again after the export
 
 
