@@ -48,7 +48,7 @@ _OVERLOADS = {
     "torch.aten.arange.start_step": (0, 1, 2),
 }
 _DTYPES = {"si64": torch.int64, "si32": torch.int32, "f32": torch.float32, "f64": torch.float64}
-MAX_ELEMENTS = 1 << 20  # a larger range stays a dispatch (4-8 MiB of literal in the module)
+MAX_ELEMENTS = 1 << 16  # a larger range stays a dispatch (256-512 KiB of literal in the module at most)
 
 
 def fold_ranges_in(function: Any, context: Any) -> int:
