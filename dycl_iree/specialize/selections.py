@@ -191,55 +191,71 @@ class Selections:
 
     def unique(self, tensor: Any, source: str, name: str, ts_output: Any) -> list:
         """`torch.unique(x, sorted, return_inverse, return_counts)` (without `dim`): the values in
-        ascending order, each element's place among them, and how many of each. The elements'
-        stable sort (`counted_orders`: NaN after every number, in their order, as PyTorch's CPU
-        kernel sorts them), then the runs of equal values in it, as `unique_consecutive` finds them
-        (each NaN a run of its own); an element's place is its run's, written back through the
-        sort's order. The number of runs is read to the host (a sync, as `.item()` is) and sizes the
-        values and the counts. PyTorch's kernel sorts whether `sorted` is asked or not, and so does
-        this. The sort compares each element with every other: n^2 compares over n elements, fused
-        into reductions (never an n x n tensor)."""
+        ascending order, each element's place among them, and how many of each. Element i is the
+        first of its value where no earlier element equals it, and its place is how many first
+        elements are smaller (NaN after every number, each NaN a value of its own); the count of
+        first elements is read to the host (a sync, as `.item()` is) and sizes the values and the
+        counts. PyTorch's CPU kernel sorts whether `sorted` is asked or not, and so does this.
+
+        Each element is compared with every other: n^2 compares over n elements (fused into
+        reductions, never an n x n tensor), and no sort, whose order of NaN torch-mlir does not keep
+        (README, Known traps). Which of several NaN maps to which NaN value follows their order here,
+        and PyTorch's sort there."""
         self.check_unique_dtype(tensor, "aten::_unique2", source)
-        flat = self.apply("aten::reshape.default", [tensor, Constant([-1])], [], source)
-        order_kwargs = [("stable", Constant(True)), ("dim", Constant(0)), ("descending", Constant(False))]
-        ordered, order = self.emit_tensor_op(
-            overload_of("aten::sort.stable"), [flat], order_kwargs, source, returns="tuple", name="sorted"
-        )
-        starts, runs = self.runs(ordered, source)
-        zeros = self.apply("aten::zeros_like.default", [order], [], source)
-        places = self.apply("aten::scatter.src", [zeros, Constant(0), order, runs], [], source)
-        count = self.read_count(starts, ts_output, source)
-        firsts = self.indices_of(starts, count, source)
-        values = self.apply("aten::index_select.default", [ordered, Constant(0), firsts], [], source, name)
-        return self.with_counts(values, places, tensor, count, source)
-
-    def unique_consecutive(self, tensor: Any, source: str, name: str, ts_output: Any) -> list:
-        """`torch.unique_consecutive(x, return_inverse, return_counts)` (without `dim`): the runs of
-        equal elements (`runs`); the number of runs is read to the host and sizes the values and the
-        counts, and an element's place is its run."""
-        self.check_unique_dtype(tensor, "aten::unique_consecutive", source)
-        flat = self.apply("aten::reshape.default", [tensor, Constant([-1])], [], source)
-        starts, places = self.runs(flat, source)
-        count = self.read_count(starts, ts_output, source)
-        firsts = self.indices_of(starts, count, source)
-        values = self.apply("aten::index_select.default", [flat, Constant(0), firsts], [], source, name)
-        return self.with_counts(values, places, tensor, count, source)
-
-    def runs(self, flat: Any, source: str) -> tuple[Any, Any]:
-        """The runs of equal elements of the 1-D `flat`: where each starts (the first element, and
-        each that differs from the one before it: NaN from everything, as in PyTorch), and each
-        element's run, 0, 1, ... (the running count of starts less one)."""
 
         def op(target: str, *args: Any) -> Any:
             return self.apply(target, list(args), [], source)
 
+        flat = op("aten::reshape.default", tensor, Constant([-1]))
+        column, row = op("aten::unsqueeze.default", flat, Constant(1)), op("aten::unsqueeze.default", flat, Constant(0))
+        positions = self.positions(flat, source)
+        earlier = op(  # [i, j]: j < i
+            "aten::lt.Tensor",
+            op("aten::unsqueeze.default", positions, Constant(0)),
+            op("aten::unsqueeze.default", positions, Constant(1)),
+        )
+        repeats = op("aten::logical_and.default", op("aten::eq.Tensor", column, row), earlier)  # NaN equals nothing
+        first = op("aten::logical_not.default", op("aten::any.dim", repeats, Constant(1), Constant(False)))
+        smaller = op("aten::lt.Tensor", row, column)  # [i, j]: x_j < x_i
+        if tensor_type_of(tensor).dtype in ("float32", "float64"):
+            nan = op("aten::isnan.default", flat)
+            nan_i = op("aten::unsqueeze.default", nan, Constant(1))
+            nan_j = op("aten::unsqueeze.default", nan, Constant(0))
+            after_numbers = op("aten::logical_and.default", nan_i, op("aten::logical_not.default", nan_j))
+            after_nans = op("aten::logical_and.default", op("aten::logical_and.default", nan_i, nan_j), earlier)
+            smaller = op("aten::logical_or.default", op("aten::logical_or.default", smaller, after_numbers), after_nans)
+        below = op("aten::logical_and.default", smaller, op("aten::unsqueeze.default", first, Constant(0)))
+        dtype = [("dtype", Constant(torch.int64))]
+        places = self.apply("aten::sum.dim_IntList", [below, Constant([1]), Constant(False)], dtype, source)
+        count = self.read_count(first, ts_output, source)
+        firsts = self.indices_of(first, count, source)
+        zeros = op("aten::new_zeros.default", flat, ListArg((count,)))
+        picked = [op("aten::index_select.default", value, Constant(0), firsts) for value in (places, flat)]
+        values = self.apply("aten::scatter.src", [zeros, Constant(0), *picked], [], source, name)
+        return self.with_counts(values, places, tensor, count, source)
+
+    def unique_consecutive(self, tensor: Any, source: str, name: str, ts_output: Any) -> list:
+        """`torch.unique_consecutive(x, return_inverse, return_counts)` (without `dim`): element i
+        starts a run where it is the first or differs from the one before it (NaN from everything,
+        as in PyTorch); the number of runs is read to the host and sizes the values and counts, and
+        an element's run is the running count of starts less one."""
+        self.check_unique_dtype(tensor, "aten::unique_consecutive", source)
+
+        def op(target: str, *args: Any) -> Any:
+            return self.apply(target, list(args), [], source)
+
+        flat = op("aten::reshape.default", tensor, Constant([-1]))
         head = op("aten::slice.Tensor", flat, Constant(0), Constant(0), Constant(1), Constant(1))
         but_last = op("aten::slice.Tensor", flat, Constant(0), Constant(0), Constant(-1), Constant(1))
         differs = op("aten::ne.Tensor", flat, op("aten::cat.default", ListArg((head, but_last)), Constant(0)))
         at_start = op("aten::eq.Scalar", self.positions(flat, source), Constant(0))
         starts = op("aten::logical_or.default", differs, at_start)
-        counted = self.apply("aten::cumsum.default", [starts, Constant(0)], [("dtype", Constant(torch.int64))], source)
-        return starts, op("aten::sub.Tensor", counted, Constant(torch.tensor(1)))
+        runs = self.apply("aten::cumsum.default", [starts, Constant(0)], [("dtype", Constant(torch.int64))], source)
+        places = op("aten::sub.Tensor", runs, Constant(torch.tensor(1)))
+        count = self.read_count(starts, ts_output, source)
+        firsts = self.indices_of(starts, count, source)
+        values = self.apply("aten::index_select.default", [flat, Constant(0), firsts], [], source, name)
+        return self.with_counts(values, places, tensor, count, source)
 
     def linspace(self, args: list, kwargs: dict, source: str, name: str) -> list | None:
         """`torch.linspace(start, end, steps)` with `steps` known only at run time (a sampler's steps,
