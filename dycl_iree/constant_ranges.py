@@ -1,7 +1,8 @@
 """Each `arange` whose bounds are known at export, as the literal it is.
 
-A segment's `torch.arange(0, 4)` (a decomposition's positions along a dim: `nan_keeping`'s argmax,
-`counted_orders`' sorts; a model's own position ids) reaches IREE as a dispatch with no operands.
+A decomposition's `arange` of sizes known at export (argmax's positions, `nan_keeping`; bilinear
+upsampling's float grid) reaches IREE as a dispatch with no operands. (A model's own range of
+constant bounds is a constant already: the specializer folds it.)
 Where the compiled host's `main` runs such a segment on both sides of a branch and again in a loop
 (fuzzer seed 129012), IREE 3.13 left one copy of that dispatch outside every execution region and
 failed: "'stream.async.dispatch' op : streamable op expected to be in an execution region" (with
@@ -38,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE_ASM
 
 from .literals import tensor_literal
 
@@ -47,7 +49,12 @@ _OVERLOADS = {
     "torch.aten.arange.start": (0, 1, None),
     "torch.aten.arange.start_step": (0, 1, 2),
 }
-_DTYPES = {"si64": torch.int64, "si32": torch.int32, "f32": torch.float32, "f64": torch.float64}
+# The element types of the importer's own names whose ranges PyTorch makes: "si64" -> torch.int64.
+_DTYPES = {
+    name: dtype
+    for dtype, name in TORCH_DTYPE_TO_MLIR_TYPE_ASM.items()
+    if dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64)
+}
 MAX_ELEMENTS = 1 << 16  # a larger range stays a dispatch (256-512 KiB of literal in the module at most)
 
 
@@ -103,10 +110,12 @@ def _range(op: Any, positions: tuple) -> torch.Tensor | None:
 
 def _constant(value: Any) -> int | float | None:
     """The number a `torch.constant.int` / `torch.constant.float` op gives `value`, else None."""
+    from torch_mlir import ir
+
     owner = getattr(value, "owner", None)
     name = getattr(getattr(owner, "operation", owner), "name", None)
-    if name not in ("torch.constant.int", "torch.constant.float"):
-        return None
-    attribute = owner.attributes["value"]
-    text = str(attribute).split(":")[0].strip()
-    return int(text) if name == "torch.constant.int" else float(text)
+    if name == "torch.constant.int":
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    if name == "torch.constant.float":
+        return ir.FloatAttr(owner.attributes["value"]).value
+    return None

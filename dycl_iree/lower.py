@@ -129,24 +129,19 @@ def _import_segments(
                 ties.extend(_refuse_specialized_dims(segment, exported))
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
-                _verify_function(importer.module, segment.name)
                 function = _function(importer.module, segment.name)
-                if fold_ranges and function is not None:
-                    fold_ranges_in(function, importer.module.context)
+                if function is not None:
+                    # The importer can write an invalid op (`aten.sub.Tensor` of an int, from a
+                    # decomposition's `size - index`), which otherwise failed a later pass with a
+                    # bare MLIRError; raised here, the error names the op it came from (`_explain`).
+                    function.verify()
+                    if fold_ranges:
+                        fold_ranges_in(function, importer.module.context)
         except UnsupportedOpError:
             raise
         except Exception as error:
             OVERRIDE.release()  # what explains the error runs with torch's own kernels
             raise _explain(segment, error, exported) from error
-
-
-def _verify_function(module: Any, name: str) -> None:
-    """Verify the function the importer just made: it can write an invalid op (`aten.sub.Tensor` of
-    an int, from a decomposition's `size - index`), which otherwise failed a later pass with a bare
-    MLIRError; raised here, the error names the op it came from (`_explain`)."""
-    function = _function(module, name)
-    if function is not None:
-        function.verify()
 
 
 def _function(module: Any, name: str) -> Any:
@@ -860,7 +855,7 @@ def _explain(segment: Segment, error: Exception, exported: Any = None, compiling
 
 
 def _suspects(segment: Segment, shown: int = 6) -> str:
-    """"one of aten::a (m.py:3), aten::b (m.py:4) and 5 more": a segment's ops, where an error names
+    """ "one of aten::a (m.py:3), aten::b (m.py:4) and 5 more": a segment's ops, where an error names
     none of them."""
     listed = [f"{op.target} ({op.source})" if op.source else op.target for op in segment.nodes[:shown]]
     more = len(segment.nodes) - shown
