@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import counted_orders, cpu_features, data_tiling
+from . import counted_orders, cpu_features, data_tiling, special_functions
 from .index_clamping import IN_RANGE
 from .nan_keeping import KEEPING_NAN
 from .winograd import outgrows_direct
@@ -50,6 +50,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.nonzero_static.default] = nonzero_static_by_scatter
     table[aten.sort.default] = _without_reentry(sort_reading_its_values, table.get(aten.sort.default))
     table[aten.topk.default] = _without_reentry(topk_reading_its_values, table.get(aten.topk.default))
+    table.update(special_functions.TABLE)  # before the float64 forms, which call its float32 ones
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))
     table[aten._native_multi_head_attention.default] = multi_head_attention_as_its_python_path

@@ -219,6 +219,7 @@ _DEVICE_LOOKUPS = {
     "aten::index_copy.default": "IndexError: index out of range in index_copy",
     "aten::index_fill.int_Scalar": "IndexError: index out of range in index_fill",
     "aten::index_fill.int_Tensor": "IndexError: index out of range in index_fill",
+    "aten::index_reduce.default": "IndexError: index out of range in self",
 }
 # Negative indices wrap (as in x[-1]) in these; the others raise on them.
 _WRAPPING = (
