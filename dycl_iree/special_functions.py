@@ -5,7 +5,8 @@ functions (a distribution's log-density, a Beta or Dirichlet entropy), the inver
 term), `index_reduce` (a scatter of products, means, maxima or minima) and `histc`. And functions
 it lowers to forms that lose accuracy: sin, tan, sinh, asinh and atanh of float32 near zero (within
 the contract's absolute 1e-6, but a quotient by them, sin(t) / t, came out 0 or of the wrong sign),
-and `isfinite`, which was True for NaN.
+the float64 expm1 and log1p (exp(x) - 1 and log(1 + x), 0 near zero), and `isfinite`, which
+was True for NaN.
 
 The gamma functions are power series about 2 and Stirling's series, joined by the recurrence
 Gamma(x + 1) = x Gamma(x) and, below zero, by the reflection formula; every piece is computed for every
@@ -119,28 +120,28 @@ def odd_by_magnitude(op: Any) -> Any:
 
 
 def sinh_by_expm1(x: torch.Tensor) -> Any:
-    """`torch.sinh` of float32 as (expm1(x) - expm1(-x)) / 2: IREE's form, (exp(x) - exp(-x)) / 2,
+    """`torch.sinh` of float32 and float64 as (expm1(x) - expm1(-x)) / 2: IREE's form, (exp(x) - exp(-x)) / 2,
     cancels near zero (0 for |x| < 1e-8, 1e-5 off relatively up to |x| ~ 0.1).
 
     >>> x = torch.tensor([1e-20, -2.0])
     >>> torch.allclose(sinh_by_expm1(x), torch.sinh(x), rtol=1e-6, atol=0.0)
     True
     """
-    if x.dtype != torch.float32:
+    if x.dtype not in (torch.float32, torch.float64):
         return NotImplemented
     return (torch.expm1(x) - torch.expm1(-x)) * 0.5
 
 
 def asinh_by_log1p(x: torch.Tensor) -> Any:
-    """`torch.asinh` of float32 as sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), and as
+    """`torch.asinh` of float32 and float64 as sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), and as
     log(2 |x|) beyond 2^30, where x^2 would overflow: IREE's log(x + sqrt(x^2 + 1)) cancels near
-    zero and overflows from 1.8e19.
+    zero and overflows from 1.8e19 in float32.
 
     >>> x = torch.tensor([-1e-20, 0.1, 1e30])
     >>> torch.allclose(asinh_by_log1p(x), torch.asinh(x), rtol=1e-6, atol=0.0)
     True
     """
-    if x.dtype != torch.float32:
+    if x.dtype not in (torch.float32, torch.float64):
         return NotImplemented
     a = torch.abs(x)
     small = torch.where(a > 2.0**30, torch.zeros_like(a), a)
@@ -151,15 +152,44 @@ def asinh_by_log1p(x: torch.Tensor) -> Any:
 
 
 def atanh_by_log1p(x: torch.Tensor) -> Any:
-    """`torch.atanh` of float32 as (log1p(x) - log1p(-x)) / 2: IREE's form cancels near zero.
+    """`torch.atanh` of float32 and float64 as (log1p(x) - log1p(-x)) / 2: IREE's form cancels near zero.
 
     >>> x = torch.tensor([1e-20, -0.5, 1.0])
     >>> torch.allclose(atanh_by_log1p(x), torch.atanh(x), rtol=1e-6, atol=0.0)
     True
     """
-    if x.dtype != torch.float32:
+    if x.dtype not in (torch.float32, torch.float64):
         return NotImplemented
     return (torch.log1p(x) - torch.log1p(-x)) * 0.5
+
+
+def expm1_of_float64(x: torch.Tensor) -> Any:
+    """`torch.expm1` of float64 as x (1 + x (1/2 + x / 6)) where |x| < 1e-5 (the series' next term
+    is 4e-17 of the result there) and exp(x) - 1 elsewhere (within 1e-11): IREE 3.13's float64
+    expm1 is exp(x) - 1 throughout, 0 for |x| < 1e-17 (its float32 expm1 is accurate).
+
+    >>> x = torch.tensor([1e-30, -3e-6, 0.5, -math.inf], dtype=torch.float64)
+    >>> torch.allclose(expm1_of_float64(x), torch.expm1(x), rtol=1e-11, atol=0.0)
+    True
+    """
+    if x.dtype != torch.float64:
+        return NotImplemented
+    series = x * (1.0 + x * (0.5 + x / 6.0))
+    return torch.where(torch.abs(x) < 1e-5, series, torch.exp(x) - 1.0)
+
+
+def log1p_of_float64(x: torch.Tensor) -> Any:
+    """`torch.log1p` of float64 as x (1 - x (1/2 - x (1/3 - x / 4))) where |x| < 1e-4 and log(1 + x)
+    elsewhere (within 1e-12): IREE 3.13's float64 log1p is log(1 + x) throughout, like its expm1.
+
+    >>> x = torch.tensor([1e-30, -5e-5, 0.5, -1.0], dtype=torch.float64)
+    >>> torch.allclose(log1p_of_float64(x), torch.log1p(x), rtol=1e-12, atol=0.0)
+    True
+    """
+    if x.dtype != torch.float64:
+        return NotImplemented
+    series = x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x / 4.0)))
+    return torch.where(torch.abs(x) < 1e-4, series, torch.log(1.0 + x))
 
 
 def isfinite_without_nan(x: torch.Tensor) -> torch.Tensor:
@@ -433,4 +463,6 @@ TABLE = {
     aten.asinh.default: asinh_by_log1p,
     aten.atanh.default: atanh_by_log1p,
     aten.isfinite.default: isfinite_without_nan,
+    aten.expm1.default: expm1_of_float64,
+    aten.log1p.default: log1p_of_float64,
 }
