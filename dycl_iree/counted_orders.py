@@ -187,6 +187,33 @@ def median_of_all(self: torch.Tensor) -> torch.Tensor:
     return median_by_counting(aten.reshape(self, [-1]), 0)[0]
 
 
+def nanmedian_by_counting(self: torch.Tensor, dim: int = -1, keepdim: bool = False) -> tuple:
+    """`x.nanmedian(dim)`: the lower median of each slice's numbers, the element at place
+    (numbers - 1) // 2 of the stable sort (whose NaN come after every number); NaN where the slice
+    has none. Ints have no NaN: their `median_by_counting`. Of equal values, and of a slice of NaN
+    only, PyTorch's selection may return another index; the value is the same.
+
+    >>> x = torch.tensor([[3.0, float("nan"), 1.0, 2.0], [5.0, 4.0, float("nan"), float("nan")]])
+    >>> [t.tolist() for t in nanmedian_by_counting(x, 1)] == [t.tolist() for t in torch.nanmedian(x, 1)]
+    True
+    """
+    if not self.dtype.is_floating_point or not self.dim():
+        return median_by_counting(self, dim, keepdim)
+    dim = dim % self.dim()
+    values, indices = stable_sort_by_counting(self, stable=True, dim=dim)
+    numbers = aten.sum.dim_IntList(aten.logical_not(aten.isnan(self)), [dim], True, dtype=torch.int64)
+    place = aten.clamp_min(aten.floor_divide(aten.sub(numbers, 1), 2), 0)
+    picked = [aten.gather(t, dim, place) for t in (values, indices)]
+    if not keepdim:
+        picked = [aten.squeeze.dim(t, dim) for t in picked]
+    return picked[0], picked[1]
+
+
+def nanmedian_of_all(self: torch.Tensor) -> torch.Tensor:
+    """`x.nanmedian()`: the lower median of every number (`nanmedian_by_counting` of the flattened)."""
+    return nanmedian_by_counting(aten.reshape(self, [-1]), 0)[0]
+
+
 def cumulative_extreme(largest: bool) -> Any:
     """`torch.cummax` (`largest`) or `torch.cummin` along `dim`: element i's value is the extreme of
     the elements up to it, NaN from the first NaN on, and its index the last of those that equal it
@@ -237,6 +264,8 @@ TABLE = {
     aten.kthvalue.default: kthvalue_by_counting,
     aten.median.dim: median_by_counting,
     aten.median.default: median_of_all,
+    aten.nanmedian.dim: nanmedian_by_counting,
+    aten.nanmedian.default: nanmedian_of_all,
     aten.cummax.default: cumulative_extreme(True),
     aten.cummin.default: cumulative_extreme(False),
     aten.cdist.default: cdist_by_differences,

@@ -175,6 +175,33 @@ def test_medians_and_kth_values_with_nan(tmp_path) -> None:
         check_hosts(scripted, [compiled, python], (x,))
 
 
+class NanRobustCenter(nn.Module):
+    """Centering that skips missing values (NaN), as sensor and audio pipelines write it: each row's
+    `nanmedian` over a run-time number of rows, and the whole batch's, deciding whether to rescale."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        center, where = x.nanmedian(-1, keepdim=True)
+        centered = x - center
+        if bool(torch.nanmedian(x) > 0.0):
+            centered = centered * 0.5
+        return centered, where
+
+
+def test_nan_skipping_medians_over_run_time_rows(tmp_path) -> None:
+    """A row's NaN are left out (a row of NaN only has the median NaN; its index is PyTorch's
+    selection's, so no such row is compared); both sides of the decision."""
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, NanRobustCenter(), (torch.randn(3, 5),), "nan_robust_center", [{0: "rows"}]
+    )
+    torch.manual_seed(4)
+    with_nan = torch.tensor([[1.0, NAN, 2.0, 0.5, NAN], [3.0, 0.0, 2.0, -1.0, 9.0], [NAN, NAN, NAN, 4.0, NAN]])
+    decisions = []
+    for x in (with_nan, with_nan - 5.0, torch.randn(1, 5), torch.randn(6, 5)):
+        decisions.append(bool(torch.nanmedian(x) > 0.0))
+        check_hosts(scripted, [compiled, python], (x,))
+    assert set(decisions) == {True, False}
+
+
 class RunningBest(nn.Module):
     """The best score so far along a sequence and where it was reached (`torch.cummax`, ties to the
     latest), and the lowest loss so far (`torch.cummin`), over run-time lengths."""
