@@ -96,6 +96,10 @@ _FEATURES = [
     ("return inside a loop", r"^\s*return "),
     ("loop over the batch's rows", r"^\s*for \w+ in range\((x|h)\.(size\(0\)|shape\[0\])\):"),
     ("loop over a list", r"^\s*for [\w, ]+ in (?!range\()"),
+    (
+        "special function (lgamma, erfinv, hypot, histc, ...)",
+        r"torch\.(lgamma|digamma|erfinv|hypot|copysign|signbit|xlogy|asinh|isfinite|histc)\(|index_reduce\(",
+    ),
 ]
 
 
@@ -146,6 +150,7 @@ class Builder:
         budget: int,
         structured: random.Random | None = None,
         idioms: random.Random | None = None,
+        functions: random.Random | None = None,
     ) -> None:
         self.rng = rng
         # The second stream: structured values and data-dependent sizes (`constructs.maybe_structured`).
@@ -155,6 +160,9 @@ class Builder:
         # keeps every name, weight and condition it had; it only gains the idioms' lines.
         self.idioms = idioms or random.Random(0)
         self.idioms_on = self.idioms.random() < 0.5
+        # The fourth stream: element-wise functions on the running tensor (`functions.maybe_function`).
+        self.functions = functions or random.Random(0)
+        self.functions_on = self.functions.random() < 0.4
         self.late_init: list[str] = []  # the idioms' layers, made after the others' (same weights)
         self.features = features
         self.inputs = inputs
@@ -269,11 +277,13 @@ class Builder:
     def block(self, depth: int) -> None:
         """A body: one to three statements or constructs, nested constructs only while `depth` allows."""
         from .constructs import maybe_structured, pick_construct, simple_statement
+        from .functions import maybe_function
         from .idioms import maybe_idiom
 
         for _ in range(self.rng.randint(1, 3)):
             maybe_structured(self)
             maybe_idiom(self)
+            maybe_function(self)
             if depth > 0 and self.budget > 0 and self.rng.random() < 0.35:
                 self.budget -= 1
                 construct = pick_construct(self)
@@ -294,7 +304,11 @@ def generate(seed: int) -> Program:
     for name, chance in (("n", 0.6), ("k", 0.25), ("s", 0.3), ("flag", 0.2)):
         if rng.random() < chance:
             inputs.append(name)
-    streams = {"structured": random.Random(f"structured {seed}"), "idioms": random.Random(f"idioms {seed}")}
+    streams = {
+        "structured": random.Random(f"structured {seed}"),
+        "idioms": random.Random(f"idioms {seed}"),
+        "functions": random.Random(f"functions {seed}"),
+    }
     builder = Builder(rng, features, inputs, budget=rng.randint(2, 5), **streams)
     builder.emit("h = x")
     top = rng.randint(1, 3)
