@@ -214,6 +214,33 @@ def nanmedian_of_all(self: torch.Tensor) -> torch.Tensor:
     return nanmedian_by_counting(aten.reshape(self, [-1]), 0)[0]
 
 
+def mode_by_counting(self: torch.Tensor, dim: int = -1, keepdim: bool = False) -> tuple:
+    """`torch.mode(x, dim)`: each element counts the elements equal to it along `dim`; of the values
+    counted most often the smallest, at its last index, as PyTorch's kernel gives them. Where a
+    slice holds NaN PyTorch's answer follows no rule its sort keeps (the mode of [5, nan, 5, nan,
+    3, nan, nan] is 3): NaN count as unequal to everything here, and such slices may differ.
+
+    >>> x = torch.tensor([[3, 1, 3, 1, 2], [2, 2, 7, 7, 7]])
+    >>> [t.tolist() for t in mode_by_counting(x, 1)] == [t.tolist() for t in torch.mode(x, 1)]
+    True
+    """
+    if not self.dim():
+        return self, aten.zeros_like(self, dtype=torch.int64)
+    dim = dim % self.dim()
+    moved = aten.movedim(self, dim, -1)
+    counts = aten.sum.dim_IntList(aten.eq.Tensor(aten.unsqueeze(moved, -1), aten.unsqueeze(moved, -2)), [-1])
+    most = aten.eq.Tensor(counts, aten.amax(counts, [-1], True))
+    largest = float("inf") if self.dtype.is_floating_point else torch.iinfo(self.dtype).max
+    value = aten.amin(aten.where.self(most, moved, aten.full_like(moved, largest)), [-1], True)
+    positions = _positions(moved)
+    at_value = aten.eq.Tensor(moved, value)
+    index = aten.amax(aten.where.self(at_value, positions, aten.full_like(positions, -1)), [-1], True)
+    picked = [aten.movedim(t, -1, dim) for t in (value, index)]
+    if not keepdim:
+        picked = [aten.squeeze.dim(t, dim) for t in picked]
+    return picked[0], picked[1]
+
+
 def cumulative_extreme(largest: bool) -> Any:
     """`torch.cummax` (`largest`) or `torch.cummin` along `dim`: element i's value is the extreme of
     the elements up to it, NaN from the first NaN on, and its index the last of those that equal it
@@ -266,6 +293,7 @@ TABLE = {
     aten.median.default: median_of_all,
     aten.nanmedian.dim: nanmedian_by_counting,
     aten.nanmedian.default: nanmedian_of_all,
+    aten.mode.default: mode_by_counting,
     aten.cummax.default: cumulative_extreme(True),
     aten.cummin.default: cumulative_extreme(False),
     aten.cdist.default: cdist_by_differences,

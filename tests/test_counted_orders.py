@@ -202,6 +202,32 @@ def test_nan_skipping_medians_over_run_time_rows(tmp_path) -> None:
     assert set(decisions) == {True, False}
 
 
+class MajorityVote(nn.Module):
+    """An ensemble's vote as it is written: each member's label per sample, the labels' `torch.mode`
+    over a run-time number of members (ties go to the smallest label, at its last member), and an
+    abstention unless a strict majority agrees."""
+
+    def forward(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        labels = logits.argmax(-1)
+        vote, member = torch.mode(labels, 0)
+        agree = (labels == vote.unsqueeze(0)).sum(0)
+        if bool((agree * 2 > labels.shape[0]).all()):
+            return vote, member
+        return torch.full_like(vote, -1), member
+
+
+def test_majority_votes_over_run_time_members(tmp_path) -> None:
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, MajorityVote(), (torch.randn(5, 4, 3),), "majority_vote", [{0: "members"}]
+    )
+    torch.manual_seed(5)
+    agreeing = torch.randn(1, 4, 3).repeat(5, 1, 1) + torch.randn(5, 4, 3) * 0.01
+    for logits in (torch.randn(5, 4, 3), agreeing, torch.randn(2, 4, 3), torch.randn(9, 4, 3)):
+        check_hosts(scripted, [compiled, python], (logits,))
+    (label,) = python.decisions
+    assert set(python.decisions[label]) == {True, False}, python.decisions
+
+
 class RunningBest(nn.Module):
     """The best score so far along a sequence and where it was reached (`torch.cummax`, ties to the
     latest), and the lowest loss so far (`torch.cummin`), over run-time lengths."""
