@@ -199,14 +199,14 @@ def group_aggregate(b: Builder, depth: int) -> None:
         b.emit(f"h = h + ({sums} / {sizes}.unsqueeze(1).to(h.dtype))[{place}] * 0.1")
         return
     if r.random() < 0.5:
-        b.emit(f"{sums} = torch.zeros({groups}, h.size(1)).index_add(0, {group}, h)")
+        b.emit(f"{sums} = h.new_zeros({groups}, h.size(1)).index_add(0, {group}, h)")
     else:
-        b.emit(f"{sums} = torch.zeros({groups}, h.size(1)).scatter_add(0, {group}.unsqueeze(1).expand_as(h), h)")
+        b.emit(f"{sums} = h.new_zeros({groups}, h.size(1)).scatter_add(0, {group}.unsqueeze(1).expand_as(h), h)")
     form = r.choice(["bincount", "index_add", "none"])
     if form == "bincount":
         b.emit(f"{sizes} = torch.bincount({group}, minlength={groups}).to(h.dtype)")
     elif form == "index_add":
-        b.emit(f"{sizes} = torch.zeros({groups}, h.size(1)).index_add(0, {group}, torch.ones_like(h))[:, 0]")
+        b.emit(f"{sizes} = h.new_zeros({groups}, h.size(1)).index_add(0, {group}, torch.ones_like(h))[:, 0]")
     if form != "none":
         b.emit(f"{sums} = {sums} / {sizes}.clamp(min=1.0).unsqueeze(1)")
     b.emit(f"h = h + {sums}[{group}] * 0.1")
