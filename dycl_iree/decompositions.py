@@ -51,6 +51,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.sort.default] = _without_reentry(sort_reading_its_values, table.get(aten.sort.default))
     table[aten.topk.default] = _without_reentry(topk_reading_its_values, table.get(aten.topk.default))
     table.update(special_functions.TABLE)  # before the float64 forms, which call its float32 ones
+    table[torch.ops.prims.scalar_tensor.default] = scalar_tensor_as_full
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))
     table[aten._native_multi_head_attention.default] = multi_head_attention_as_its_python_path
@@ -1201,6 +1202,17 @@ _SCALAR_COMPARISONS = {
 # 'torch.constant.float'"), taken as the op with a 0-d tensor of the tensor's dtype, as PyTorch
 # casts the number: `torch.fmod(x, 0.3)`.
 _SCALAR_OPERANDS = {aten.fmod.Scalar: aten.fmod.Tensor}
+
+
+def scalar_tensor_as_full(value: Any, *, dtype: Any = None, device: Any = None, **rest: Any) -> torch.Tensor:
+    """`prims.scalar_tensor`, which PyTorch's decompositions make of an op's number (`xlogy(q, 0.5)`,
+    `special.xlog1py(q, 0.5)`) and torch-mlir does not lower ("failed to legalize operation
+    'torch.operator'"), as the 0-d `aten.full` of the value.
+
+    >>> scalar_tensor_as_full(0.5, dtype=torch.float32)
+    tensor(0.5000)
+    """
+    return aten.full([], value, dtype=dtype, device=device)
 
 
 def with_number_in_its_dtype(with_tensor: Any) -> Any:

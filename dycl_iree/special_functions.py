@@ -1,8 +1,9 @@
 """Element-wise functions torch-mlir has no lowering of ("failed to legalize operation
 'torch.operator'"), written as the float arithmetic IREE compiles: the log-gamma and digamma
 functions (a distribution's log-density, a Beta or Dirichlet entropy), the inverse error function
-(a normal quantile), `copysign`, `signbit` and `hypot` (geometry), `xlogy` of a number (an entropy
-term), `index_reduce` (a scatter of products, means, maxima or minima) and `histc`. And functions
+(a normal quantile), `erfc` and the log of the normal CDF (`special.log_ndtr`), accurate in
+their tails as PyTorch's are, `copysign`, `signbit` and `hypot` (geometry), `index_reduce` (a scatter of
+products, means, maxima or minima) and `histc`. And functions
 it lowers to forms that lose accuracy: sin, tan, sinh, asinh and atanh of float32 near zero (within
 the contract's absolute 1e-6, but a quotient by them, sin(t) / t, came out 0 or of the wrong sign),
 the float64 expm1 and log1p (exp(x) - 1 and log(1 + x), 0 near zero), and `isfinite`, which
@@ -310,6 +311,58 @@ def erfinv(y: torch.Tensor) -> Any:
     return torch.where(inside, x, edge)
 
 
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), for z >= 0, within 1.2e-7 relatively (Press et
+# al., Numerical Recipes, "erfcc", a Chebyshev fit): the coefficients of P.
+_ERFC_TAIL = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+              -0.82215223, 0.17087277]  # fmt: skip
+_ERFC_FROM = 0.5  # below, 1 - erf(x) is at least 0.48: no cancellation
+
+
+def _erfc_tail(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log erfc(z) for z >= 0 in two parts, -s^2 and the rest, s = z rounded to 1/16: s^2 is exact
+    in float32 (z < 2^8), so exp of each part rounds once, not exp of their sum (a sum of ~-66 at
+    z = 8 rounds by 4e-6 of the result)."""
+    t = 1.0 / (1.0 + 0.5 * z)
+    s = torch.round(z * 16.0) / 16.0
+    return -s * s, torch.log(t) - (z - s) * (z + s) + _horner(_ERFC_TAIL, t)
+
+
+def erfc(x: torch.Tensor) -> Any:
+    """`torch.erfc`: 1 - erf(x) below 1/2, the tail form `_erfc_tail` from there (within 5e-7 of it
+    in float32, where 1 - erf(x) is 0 from x ~ 3.9; erfc(10) is below float32's normal range, and
+    IREE's CPU code flushes it to 0, README's traps).
+
+    >>> x = torch.tensor([-3.0, 0.2, 0.5, 2.0, 6.0, math.inf])
+    >>> torch.allclose(erfc(x), torch.erfc(x), rtol=1e-6, atol=0.0)
+    True
+    """
+    x = _float_of(x)
+    if x is None:
+        return NotImplemented
+    tail = x >= _ERFC_FROM
+    square, rest = _erfc_tail(torch.where(tail, torch.clamp(x, max=10.0), torch.ones_like(x)))
+    tail_value = torch.where(x == math.inf, torch.zeros_like(x), torch.exp(square) * torch.exp(rest))
+    return torch.where(tail, tail_value, 1.0 - torch.erf(x))
+
+
+def log_ndtr(x: torch.Tensor) -> Any:
+    """`torch.special.log_ndtr`: log(1/2) plus `_erfc_tail` of -x / sqrt 2 in the lower tail (no
+    underflow: -5005.5 at x = -100), log1p(-erfc(x / sqrt 2) / 2) above it.
+
+    >>> x = torch.tensor([-100.0, -3.0, 0.0, 5.0, -math.inf, math.inf])
+    >>> torch.allclose(log_ndtr(x), torch.special.log_ndtr(x), rtol=1e-6, atol=0.0)
+    True
+    """
+    x = _float_of(x)
+    if x is None:
+        return NotImplemented
+    z = -x / math.sqrt(2.0)
+    lower = z >= _ERFC_FROM
+    square, rest = _erfc_tail(torch.where(lower & ~torch.isinf(z), z, torch.ones_like(z)))
+    below = torch.where(torch.isinf(z), -z, math.log(0.5) + square + rest)
+    return torch.where(lower, below, torch.log1p(-0.5 * erfc(x / math.sqrt(2.0))))
+
+
 def signbit(x: torch.Tensor) -> torch.Tensor:
     """`torch.signbit`: the sign bit of each float, read through the integer of its bits (so -0.0 and
     a NaN of negative sign count as negative); an int's sign; False for bools.
@@ -374,21 +427,6 @@ def hypot(input: torch.Tensor, other: torch.Tensor) -> Any:
     return torch.where(torch.isinf(a) | torch.isinf(b), torch.full_like(result, math.inf), result)
 
 
-def xlogy_of_number(input: Any, other: Any) -> Any:
-    """`torch.xlogy` with one side a number (`xlogy.Scalar_Other`, `xlogy.Scalar_Self`) as the op of
-    two tensors, the number a 0-d tensor of the dtype PyTorch promotes to."""
-    number_first = not isinstance(input, torch.Tensor)
-    tensor, number = (other, input) if number_first else (input, other)
-    if type(number) not in (int, float, bool):
-        return NotImplemented
-    dtype = torch.result_type(tensor, number)
-    if not dtype.is_floating_point:
-        dtype = torch.get_default_dtype()
-    scalar = aten.scalar_tensor(number, dtype=dtype, device=tensor.device)
-    tensor = tensor.to(dtype)
-    return aten.xlogy.Tensor(scalar, tensor) if number_first else aten.xlogy.Tensor(tensor, scalar)
-
-
 def index_reduce_by_scatter(
     input: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, include_self: bool = True
 ) -> Any:
@@ -450,12 +488,12 @@ TABLE = {
     aten.lgamma.default: lgamma,
     aten.digamma.default: digamma,
     aten.erfinv.default: erfinv,
+    aten.erfc.default: erfc,
+    aten.special_log_ndtr.default: log_ndtr,
     aten.signbit.default: signbit,
     aten.copysign.Tensor: copysign,
     aten.copysign.Scalar: copysign,
     aten.hypot.default: hypot,
-    aten.xlogy.Scalar_Other: xlogy_of_number,
-    aten.xlogy.Scalar_Self: xlogy_of_number,
     aten.index_reduce.default: index_reduce_by_scatter,
     aten.sin.default: odd_by_magnitude(aten.sin.default),
     aten.tan.default: odd_by_magnitude(aten.tan.default),

@@ -27,21 +27,21 @@ def test_unscriptable_model_reports_torchscript_file_line_and_advice() -> None:
     assert "TorchScript must be able to compile forward()" in message
 
 
-class _Histogram(nn.Module):
+class _NextFloat(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.sum() > 0:
-            return torch.histc(x, bins=4)
+            return torch.nextafter(x, x + 1.0)
         return x
 
 
 def test_op_the_lowering_cannot_handle_is_named_with_source_line_and_segment() -> None:
     with pytest.raises(UnsupportedOpError) as caught:
-        dycl_iree.export(_Histogram(), (torch.randn(4),))
+        dycl_iree.export(_NextFloat(), (torch.randn(4),))
     error = caught.value
-    assert error.op == "aten::histc.default"
-    assert error.source.endswith("test_errors.py:" + str(_line_of("torch.histc")))
+    assert error.op == "aten::nextafter.default"
+    assert error.source.endswith("test_errors.py:" + str(_line_of("torch.nextafter")))
     assert error.segment.startswith("seg")
-    assert "aten::histc" in str(error) and "in segment" in str(error)
+    assert "aten::nextafter" in str(error) and "in segment" in str(error)
 
 
 class _Entropy(nn.Module):
@@ -50,15 +50,26 @@ class _Entropy(nn.Module):
         return torch.xlogy(q, 0.5) - q
 
 
-def test_an_op_a_decomposition_makes_is_blamed_on_the_op_it_came_from() -> None:
-    """xlogy's decomposition makes `prims.scalar_tensor`, which torch-mlir cannot lower; the error
-    names xlogy's line and that op, not the segment's first op (softmax)."""
+def test_an_op_a_decomposition_makes_is_blamed_on_the_op_it_came_from(monkeypatch) -> None:
+    """An op a decomposition makes that torch-mlir cannot lower (here `nextafter`, made by a
+    decomposition of `xlogy.Scalar_Other` the test puts in the table) is named with the op it came
+    from: the error names xlogy's line and that op, not the segment's first op (softmax)."""
+    from dycl_iree import lower
+
+    table = lower.decomposition_table
+
+    def with_nextafter() -> dict:
+        patched = table()
+        patched[torch.ops.aten.xlogy.Scalar_Other] = lambda q, other: torch.ops.aten.nextafter(q, q + other)
+        return patched
+
+    monkeypatch.setattr(lower, "decomposition_table", with_nextafter)
     with pytest.raises(UnsupportedOpError) as caught:
         dycl_iree.export(_Entropy(), (torch.randn(4),))
     error = caught.value
     assert error.op == "aten::xlogy.Scalar_Other", str(error)
     assert error.source.endswith("test_errors.py:" + str(_line_of("torch.xlogy(q, 0.5)")))
-    assert "prims.scalar_tensor, which its decomposition makes" in str(error)
+    assert "aten.nextafter, which its decomposition makes" in str(error), str(error)
 
 
 class _RowsInRange(nn.Module):

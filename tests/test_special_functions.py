@@ -71,6 +71,9 @@ class SpecialValues(nn.Module):
             torch.signbit(y),
             torch.xlogy(2.0, torch.abs(y)),
             torch.lgamma(torch.arange(1, 9)),  # ints take the default float dtype, as in PyTorch
+            torch.erfc(x),
+            torch.special.log_ndtr(x),
+            torch.special.xlog1py(torch.abs(y), 0.5),
         )
 
 
@@ -95,6 +98,37 @@ def test_each_function_over_its_domain(tmp_path):
         check_hosts(scripted, [compiled, python], inputs)
     (label,) = python.decisions
     assert set(python.decisions[label]) == {True, False}, python.decisions
+
+
+class CensoredLikelihood(nn.Module):
+    """A Tobit (censored regression) log-likelihood as its authors write it: observed values by the
+    normal log-density, values censored at the bound by `special.log_ndtr` of it, the censoring
+    probability by `erfc`; far-off predictions are penalized by another path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 1.5
+
+    def forward(self, mean: torch.Tensor, y: torch.Tensor, censored: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = (y - mean) / self.scale
+        density = -0.5 * z * z - math.log(math.sqrt(2.0 * math.pi) * self.scale)
+        ll = torch.where(censored, torch.special.log_ndtr(-z), density)
+        tail = 0.5 * torch.erfc(z / math.sqrt(2.0))
+        if bool(ll.mean() < -50.0):
+            return -ll.sum(), torch.log(tail)
+        return -ll.mean(), tail
+
+
+def test_a_censored_likelihood_in_its_tails(tmp_path):
+    torch.manual_seed(0)
+    mean, y = torch.randn(64), torch.randn(64)
+    censored = torch.rand(64) < 0.3
+    _, scripted, compiled, python = export_compiled(tmp_path, CensoredLikelihood(), (mean, y, censored), "tobit")
+    far = mean + 30.0 * torch.sign(torch.randn(64))  # censored at z ~ 20: log_ndtr ~ -200, erfc ~ 1e-88 (0)
+    for inputs in ((mean, y, censored), (far, y, censored), (mean, y + 8.0, censored)):
+        check_hosts(scripted, [compiled, python], inputs)
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {False: 2, True: 1}, python.decisions
 
 
 class PolarFeatures(nn.Module):

@@ -1,7 +1,7 @@
 """Element-wise functions as real programs use them on their activations: log-likelihood terms
-(`lgamma`, `digamma`, `xlogy`), normal quantiles (`erfinv`), angles and magnitudes (`hypot`,
-`copysign`, `signbit`, `sin`, `sinh`, `asinh`, `atanh`), masks of invalid values (`isfinite`),
-histograms (`histc`) and grouped reductions (`index_reduce`).
+(`lgamma`, `digamma`, `xlogy`), normal quantiles and tails (`erfinv`, `erfc`, `log_ndtr`), angles
+and magnitudes (`hypot`, `copysign`, `signbit`, `sin`, `sinh`, `asinh`, `atanh`), masks of invalid
+values (`isfinite`), histograms (`histc`) and grouped reductions (`index_reduce`).
 
 One such line on the running tensor `h` (it keeps `h` at [batch, features], its values finite for
 finite `h`) now and then, in 40% of the programs, drawn from the builder's fourth random stream
@@ -19,6 +19,7 @@ def _lines(f: int) -> list[str]:
         "h = torch.lgamma(h.abs() + 0.5) - 0.5",
         "h = torch.digamma(h.abs() + 1.0) * 0.5",
         "h = torch.erfinv(torch.tanh(h) * 0.9) * 0.5",
+        "h = torch.special.log_ndtr(h * 2.0) * 0.25 + torch.erfc(h) * 0.5",
         "h = torch.hypot(h, h * 0.5 + 0.25) - 0.5",
         "h = torch.copysign(h.abs() + 0.1, h - 0.05)",
         "h = torch.where(torch.signbit(h - 0.1), h * 0.5, h)",

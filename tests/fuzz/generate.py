@@ -98,7 +98,7 @@ _FEATURES = [
     ("loop over a list", r"^\s*for [\w, ]+ in (?!range\()"),
     (
         "special function (lgamma, erfinv, hypot, histc, ...)",
-        r"torch\.(lgamma|digamma|erfinv|hypot|copysign|signbit|xlogy|asinh|isfinite|histc)\(|index_reduce\(",
+        r"torch\.(lgamma|digamma|erfinv|erfc|hypot|copysign|signbit|xlogy|asinh|isfinite|histc)\(|log_ndtr|index_reduce\(",
     ),
 ]
 
