@@ -1,13 +1,12 @@
 """Element-wise functions torch-mlir has no lowering of ("failed to legalize operation
 'torch.operator'"), written as the float arithmetic IREE compiles: the log-gamma and digamma
 functions (a distribution's log-density, a Beta or Dirichlet entropy), the inverse error function
-(a normal quantile), `erfc` and the log of the normal CDF (`special.log_ndtr`), accurate in
-their tails as PyTorch's are, `copysign`, `signbit` and `hypot` (geometry), `index_reduce` (a scatter of
-products, means, maxima or minima) and `histc`. And functions
-it lowers to forms that lose accuracy: sin, tan, sinh, asinh and atanh of float32 near zero (within
-the contract's absolute 1e-6, but a quotient by them, sin(t) / t, came out 0 or of the wrong sign),
-the float64 expm1 and log1p (exp(x) - 1 and log(1 + x), 0 near zero), and `isfinite`, which
-was True for NaN.
+(a normal quantile), `erfc` and the log of the normal CDF (`special.log_ndtr`), accurate in their
+tails as PyTorch's are, `copysign`, `signbit` and `hypot` (geometry), `index_reduce` (a scatter of
+products, means, maxima or minima) and `histc`. And functions it lowers to forms that lose
+accuracy: sin, tan, sinh, asinh and atanh of float32 near zero (within the contract's absolute
+1e-6, but a quotient by them, sin(t) / t, came out 0 or of the wrong sign), the float64 expm1 and
+log1p (exp(x) - 1 and log(1 + x), 0 near zero), and `isfinite`, which was True for NaN.
 
 The gamma functions are power series about 2 and Stirling's series, joined by the recurrence
 Gamma(x + 1) = x Gamma(x) and, below zero, by the reflection formula; every piece is computed for every
@@ -51,7 +50,7 @@ def _zeta_minus_one(k: int) -> float:
 _LGAMMA_2 = [1.0 - _EULER_GAMMA] + [(-1) ** k * _zeta_minus_one(k) / k for k in range(2, _TERMS + 1)]
 _DIGAMMA_2 = [1.0 - _EULER_GAMMA] + [(-1) ** k * _zeta_minus_one(k) for k in range(2, _TERMS + 1)]
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
-_STIRLING_FROM = 8.0  # where Stirling's series, to the terms kept, is exact in float32
+_STIRLING_FROM = 8.0  # from here Stirling's series, to the terms kept, is within float32's rounding
 _MAX_STEPS_DOWN = 6  # from [1.5, 8) down to [1.5, 2.5)
 
 
