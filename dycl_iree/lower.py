@@ -839,7 +839,8 @@ def _explain(segment: Segment, error: Exception, exported: Any = None, compiling
     diagnosed = _diagnosed_op(segment, text, exported)
     if diagnosed is not None:
         op, name = diagnosed
-        made = "" if name.split(".")[1] == op.target.split("::")[1].split(".")[0] else ", which its decomposition makes"
+        same = name.split(".")[1] if "." in name else name
+        made = "" if same == op.target.split("::")[1].split(".")[0] else ", which its decomposition makes"
         return UnsupportedOpError(op.target, op.source, segment.name, f"{first_error_line(text)} ({name}{made})")
     # An op named in the text as `aten.x`, `aten::x` or `torch.aten.x`: a bare name matched words
     # of the tool's own output ("to" in "... in your environment to save all artifacts").
@@ -873,6 +874,9 @@ def _diagnosed_op(segment: Segment, text: str, exported: Any) -> tuple[Any, str]
     names = re.findall(r'name = "torch\.([\w.]+)"', text)
     names += re.findall(r"failed to legalize operation 'torch\.((?:aten|prims)\.[\w.]+)'", text)
     names += re.findall(r"'torch\.((?:aten|prims)\.[\w.]+)' op ", text)  # the verifier's
+    # The importer's: torch.export wraps an op with side effects (`linalg.inv`'s check of its
+    # result) in the higher-order op `with_effects`, which torch-mlir's FxImporter does not import.
+    names += re.findall(r"Higher-order operation '(\w+)' not implemented", text)
     if not names or exported is None:
         return None
     name = names[0]
@@ -881,7 +885,8 @@ def _diagnosed_op(segment: Segment, text: str, exported: Any) -> tuple[Any, str]
         position = node.meta.get("custom", {}).get("dycl_op")
         if (target == name or target.startswith(name + ".")) and isinstance(position, int):
             if position < len(segment.nodes):
-                return segment.nodes[position], name
+                wrapped = node.args[1] if name == "with_effects" and len(node.args) > 1 else None
+                return segment.nodes[position], f"{name} of {wrapped}" if wrapped is not None else name
     return None
 
 

@@ -72,6 +72,24 @@ def test_an_op_a_decomposition_makes_is_blamed_on_the_op_it_came_from(monkeypatc
     assert "aten.nextafter, which its decomposition makes" in str(error), str(error)
 
 
+class _Inverse(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x[:, :4] * 2.0
+        return torch.linalg.inv(y @ y.T + torch.eye(4))
+
+
+def test_an_op_the_importer_cannot_take_is_blamed_on_the_op_it_came_from() -> None:
+    """torch.export wraps `linalg.inv`'s check of its result in `with_effects`, which torch-mlir's
+    importer does not import: the error names inv's line and what failed, not the segment's first
+    op (the slice)."""
+    with pytest.raises(UnsupportedOpError) as caught:
+        dycl_iree.export(_Inverse(), (torch.randn(4, 5),))
+    error = caught.value
+    assert error.op == "aten::linalg_inv.default", str(error)
+    assert error.source.endswith("test_errors.py:" + str(_line_of("torch.linalg.inv")))
+    assert "with_effects of aten._linalg_check_errors.default, which its decomposition makes" in str(error)
+
+
 class _RowsInRange(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         index = x.abs().argmax(1).unsqueeze(1).expand_as(x)
