@@ -119,17 +119,25 @@ def odd_by_magnitude(op: Any) -> Any:
     return decompose
 
 
-def sinh_by_expm1(x: torch.Tensor) -> Any:
-    """`torch.sinh` of float32 and float64 as (expm1(x) - expm1(-x)) / 2: IREE's form, (exp(x) - exp(-x)) / 2,
-    cancels near zero (0 for |x| < 1e-8, 1e-5 off relatively up to |x| ~ 0.1).
+def half_difference(inner: Any) -> Any:
+    """(inner(x) - inner(-x)) / 2 of float32 and float64, for an odd function that IREE computes
+    with a cancellation near zero: sinh by expm1 (IREE's (exp(x) - exp(-x)) / 2 is 0 for
+    |x| < 1e-8 and 1e-5 off relatively up to |x| ~ 0.1), atanh by log1p (IREE's form cancels alike).
 
-    >>> x = torch.tensor([1e-20, -2.0])
-    >>> torch.allclose(sinh_by_expm1(x), torch.sinh(x), rtol=1e-6, atol=0.0)
+    >>> x = torch.tensor([1e-20, -0.5, 2.0])
+    >>> torch.allclose(half_difference(torch.expm1)(x), torch.sinh(x), rtol=1e-6, atol=0.0)
+    True
+    >>> torch.allclose(half_difference(torch.log1p)(x[:2]), torch.atanh(x[:2]), rtol=1e-6, atol=0.0)
     True
     """
-    if x.dtype not in (torch.float32, torch.float64):
-        return NotImplemented
-    return (torch.expm1(x) - torch.expm1(-x)) * 0.5
+
+    def decompose(x: torch.Tensor) -> Any:
+        if x.dtype not in (torch.float32, torch.float64):
+            return NotImplemented
+        return (inner(x) - inner(-x)) * 0.5
+
+    decompose.__name__ = f"half_difference_of_{inner.__name__}"
+    return decompose
 
 
 def asinh_by_log1p(x: torch.Tensor) -> Any:
@@ -149,18 +157,6 @@ def asinh_by_log1p(x: torch.Tensor) -> Any:
     near = torch.log1p(small + squared / (1.0 + torch.sqrt(1.0 + squared)))
     magnitude = torch.where(a > 2.0**30, torch.log(a) + math.log(2.0), near)
     return torch.where(signbit(x), -magnitude, magnitude)
-
-
-def atanh_by_log1p(x: torch.Tensor) -> Any:
-    """`torch.atanh` of float32 and float64 as (log1p(x) - log1p(-x)) / 2: IREE's form cancels near zero.
-
-    >>> x = torch.tensor([1e-20, -0.5, 1.0])
-    >>> torch.allclose(atanh_by_log1p(x), torch.atanh(x), rtol=1e-6, atol=0.0)
-    True
-    """
-    if x.dtype not in (torch.float32, torch.float64):
-        return NotImplemented
-    return (torch.log1p(x) - torch.log1p(-x)) * 0.5
 
 
 def expm1_of_float64(x: torch.Tensor) -> Any:
@@ -496,9 +492,9 @@ TABLE = {
     aten.index_reduce.default: index_reduce_by_scatter,
     aten.sin.default: odd_by_magnitude(aten.sin.default),
     aten.tan.default: odd_by_magnitude(aten.tan.default),
-    aten.sinh.default: sinh_by_expm1,
+    aten.sinh.default: half_difference(torch.expm1),
     aten.asinh.default: asinh_by_log1p,
-    aten.atanh.default: atanh_by_log1p,
+    aten.atanh.default: half_difference(torch.log1p),
     aten.isfinite.default: isfinite_without_nan,
     aten.expm1.default: expm1_of_float64,
     aten.log1p.default: log1p_of_float64,
