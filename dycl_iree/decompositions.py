@@ -51,6 +51,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.sort.default] = _without_reentry(sort_reading_its_values, table.get(aten.sort.default))
     table[aten.topk.default] = _without_reentry(topk_reading_its_values, table.get(aten.topk.default))
     table.update(special_functions.TABLE)  # before the float64 forms, which call its float32 ones
+    for op in special_functions.ODD:
+        table[op] = _without_reentry(special_functions.odd_by_magnitude(op), table.get(op))
     table[torch.ops.prims.scalar_tensor.default] = scalar_tensor_as_full
     for op in _FLOAT32_IN_FLOAT64:
         table[op] = _in_float32_for_float64(op, table.get(op))

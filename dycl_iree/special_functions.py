@@ -91,9 +91,6 @@ def _reduced_pi(x: torch.Tensor) -> torch.Tensor:
     return (x - torch.round(x)) * math.pi
 
 
-_REWRITING: set = set()  # the ops `odd_by_magnitude` is rewriting now
-
-
 def odd_by_magnitude(op: Any) -> Any:
     """An odd function `op` (sin, tan) of float32 as `op(|x|)` with x's sign: IREE 3.13's float32
     sin and tan of a negative argument near zero are off by ~6e-8 absolute (sin(-1e-20) gives
@@ -106,13 +103,9 @@ def odd_by_magnitude(op: Any) -> Any:
     """
 
     def decompose(x: torch.Tensor) -> Any:
-        if x.dtype != torch.float32 or op in _REWRITING:  # the call below keeps the op itself
+        if x.dtype != torch.float32:
             return NotImplemented
-        _REWRITING.add(op)
-        try:
-            magnitude = op(torch.abs(x))
-        finally:
-            _REWRITING.discard(op)
+        magnitude = op(torch.abs(x))  # the table keeps this call's op (`decompositions._without_reentry`)
         return torch.where(signbit(x), -magnitude, magnitude)
 
     decompose.__name__ = f"{op.__name__.split('.')[0]}_by_magnitude"
@@ -478,6 +471,10 @@ def histc_by_scatter(input: torch.Tensor, bins: int = 100, min: Any = 0, max: An
     return counts[:bins]
 
 
+# The odd functions IREE computes inaccurately near zero (`odd_by_magnitude`); `decompositions`
+# registers them so that the call inside keeps the op.
+ODD = (aten.sin.default, aten.tan.default)
+
 TABLE = {
     aten.histc.default: histc_by_scatter,
     aten.lgamma.default: lgamma,
@@ -490,8 +487,6 @@ TABLE = {
     aten.copysign.Scalar: copysign,
     aten.hypot.default: hypot,
     aten.index_reduce.default: index_reduce_by_scatter,
-    aten.sin.default: odd_by_magnitude(aten.sin.default),
-    aten.tan.default: odd_by_magnitude(aten.tan.default),
     aten.sinh.default: half_difference(torch.expm1),
     aten.asinh.default: asinh_by_log1p,
     aten.atanh.default: half_difference(torch.log1p),
