@@ -157,6 +157,23 @@ PADDING = 16  # one register tile's columns
 PANEL = 16
 PANELS_MIN_WEIGHT_LOG2 = 17  # 0: no weight is read as panels
 PANELS_MAX_COLUMNS = 4096  # the spec matches each multiple of the workgroup's columns up to this
+# With AVX-512 a matmul's weight (not a batch matmul's) is read as panels from 2^15 elements and
+# from columns that are a multiple of 32, the 7 x 32 tile's: one of a multiple of 64 columns takes
+# the 4 x 64 tile over its panels, one of an odd multiple of 32 the first of WIDE_ODD_PANEL_TILES
+# whose rows divide its own and its workgroup's (`workgroup_rows`), in workgroups of 64 columns (the
+# last of 32). Per matmul in the models' profiles (AVX-512, AMD Zen 4, one thread, ms a call, median
+# of 3 profiles in one process, the rule before -> this one): MobileNetV2's 49x960 by 960x160 (two
+# of them) 0.361 -> 0.313 (the 4 x 64 tile over its panels: 0.321), 49x576 by 576x160 0.109 ->
+# 0.098, 196x384 by 384x96 0.137 -> 0.130, 196x96 by 96x576 (three) 0.620 -> 0.594, 196x576 by
+# 576x96 (two) 0.410 -> 0.392; ResNet-50's 784x128 by 128x512 (2^16, four) 2.935 -> 2.856. Whole
+# models, wall ms alternating in one process: MobileNetV2 6.632 -> 6.584, ResNet-50 64.62 -> 64.42,
+# ResNet-18 21.41 -> 21.57 (its one changed matmul 0.126 -> 0.120; the rest noise). From 2^14 only
+# MobileNetV2's 196x64 by 64x384 gained (0.367 -> 0.356). The 7 x 32 tile over panels of a multiple
+# of 64 columns was slower (49x320 by 320x1280 0.387 -> 0.420), hence 4 x 64 there. With AVX2 the
+# rule above stands (49x960 by 960x160 read as panels was slower).
+WIDE_PANEL_COLUMNS = 32
+WIDE_PANELS_MIN_WEIGHT_LOG2 = 15
+WIDE_ODD_PANEL_TILES = ((7, 32), (6, 32))
 # The least weight per batch (each of Winograd's tile positions, `winograd.py`) of a register-tiled
 # batch matmul that reads it as panels, [B, N / 16, K, 16], as a matmul's weight is: ResNet's 3x3
 # convolutions as Winograd from 64 channels. The filters stream from memory as 4 contiguous panels
@@ -197,27 +214,61 @@ WIDE_PANELS_BLOCKED_FROM = {"one workgroup": 256, "several workgroups": 1024}
 WIDE_PANEL_DEPTH = 32
 
 
-def reads_panels(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> bool:
+def reads_panels(rows: object, depth: int, columns: int, op: str = "linalg.matmul", wide: bool = False) -> bool:
     """Whether the register-tile rule reads the weight of a `rows` x `depth` by `depth` x `columns`
     matmul (`op`; or each batch's of a batch matmul) as panels of 16 columns
-    (`PANELS_MIN_WEIGHT_LOG2`, `BATCH_PANELS_MIN_WEIGHT_LOG2`); a size known only at run time never is.
+    (`PANELS_MIN_WEIGHT_LOG2`, `BATCH_PANELS_MIN_WEIGHT_LOG2`; with AVX-512, `wide`, a matmul's from
+    `WIDE_PANELS_MIN_WEIGHT_LOG2` and `WIDE_PANEL_COLUMNS`); a size known only at run time never is.
 
     >>> reads_panels(196, 1024, 256), reads_panels(49, 960, 160), reads_panels(3136, 256, 64)
     (True, False, False)
     >>> reads_panels(47, 2048, 512), reads_panels(49, 512, 2048)
     (False, True)
+    >>> reads_panels(49, 960, 160, wide=True), reads_panels(784, 128, 512, wide=True)
+    (True, True)
     """
     least_rows = min(REGISTER_TILE_ROWS[op])[0]
-    least_log2 = PANELS_MIN_WEIGHT_LOG2 if op == "linalg.matmul" else BATCH_PANELS_MIN_WEIGHT_LOG2
+    least_log2, multiple = _panel_bounds(op, wide)
     return (
         bool(least_log2)
         and isinstance(rows, int)
         and rows >= least_rows
         and depth >= REGISTER_TILE_MIN_SIZE
-        and columns % REGISTER_TILE_WORKGROUP_COLUMNS == 0
+        and columns % multiple == 0
         and columns <= PANELS_MAX_COLUMNS
         and depth * columns >= 1 << least_log2
     )
+
+
+def _panel_bounds(op: str, wide: bool) -> tuple[int, int]:
+    """The least weight (log2 of its elements; 0: none) and the multiple of columns of an `op` whose
+    weight is read as panels (`reads_panels`)."""
+    if op != "linalg.matmul":
+        return BATCH_PANELS_MIN_WEIGHT_LOG2, REGISTER_TILE_WORKGROUP_COLUMNS
+    if wide and PANELS_MIN_WEIGHT_LOG2:
+        return WIDE_PANELS_MIN_WEIGHT_LOG2, WIDE_PANEL_COLUMNS
+    return PANELS_MIN_WEIGHT_LOG2, REGISTER_TILE_WORKGROUP_COLUMNS
+
+
+def panel_tiles(op: str, wide: bool) -> list[tuple[int, tuple[int, int]]]:
+    """(multiple of columns, register tile) of the matmuls `op` whose weight is read as panels, in the
+    order the spec tries them: with AVX-512 (`wide`) the 4 x 64 tile for a multiple of 64 columns,
+    then, for a matmul's odd multiples of 32 (`WIDE_PANEL_COLUMNS`), `WIDE_ODD_PANEL_TILES`;
+    otherwise 6 x 16 for a multiple of the workgroup's columns.
+
+    >>> panel_tiles("linalg.matmul", wide=True)
+    [(64, (4, 64)), (32, (7, 32)), (32, (6, 32))]
+    >>> panel_tiles("linalg.batch_matmul", wide=True), panel_tiles("linalg.matmul", wide=False)
+    ([(64, (4, 64))], [(64, (6, 16))])
+    """
+    step = REGISTER_TILE_WORKGROUP_COLUMNS
+    if not (wide and WIDE_REGISTER_TILES):
+        return [(step, REGISTER_TILE)]
+    tiles = [(step, WIDE_REGISTER_TILES[0])]
+    _, multiple = _panel_bounds(op, wide)
+    if multiple < step:
+        tiles += [(multiple, tile) for tile in WIDE_ODD_PANEL_TILES]
+    return tiles
 
 
 def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> int:
@@ -320,8 +371,7 @@ def spec_text(
     pairs = ["@function -> @hint", *(f"{name} -> @hint" for name, _ in matchers)]
     actions = []
     if register_tile and PANELS_MIN_WEIGHT_LOG2:
-        panel_tile = WIDE_REGISTER_TILES[0] if wide and WIDE_REGISTER_TILES else REGISTER_TILE
-        panel_matchers, panel_pairs, actions = _panel_rules(panel_tile, wide)
+        panel_matchers, panel_pairs, actions = _panel_rules(wide)
         matchers += panel_matchers
         pairs += panel_pairs
     # The wide tiles first (`wide`: AVX-512), each for columns a multiple of its own (a tile of one
@@ -403,15 +453,15 @@ def panel_blocks(rows: tuple[int, int | None], workgroup: int, wide: bool = Fals
     return [(least, WIDE_PANEL_DEPTH)] if least else []
 
 
-def _panel_rules(tile: tuple[int, int], wide: bool = False) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+def _panel_rules(wide: bool = False) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """The matchers of the matmuls `reads_panels` picks (one per column count while the weight's bound
     asks more depth of it than the register tile's least, as the spec compares sizes but cannot
-    multiply them; then one for every multiple of the workgroup's columns from there), their pairs,
-    and the actions that pack their weights and give them the register `tile` (and, `wide`, the
-    cache blocks of `panel_blocks`)."""
+    multiply them; then one for every multiple of the tile's columns from there), their pairs, and
+    the actions that pack their weights and give them their register tile (`panel_tiles`; and,
+    `wide`, the cache blocks of `panel_blocks`)."""
     matchers, pairs, actions = [], [], []
-    ops = {"linalg.matmul": PANELS_MIN_WEIGHT_LOG2, "linalg.batch_matmul": BATCH_PANELS_MIN_WEIGHT_LOG2}
-    for op, least_log2 in ops.items():
+    for op in REGISTER_TILE_OPS:
+        least_log2, _ = _panel_bounds(op, wide)
         if not least_log2:
             continue
         batch_dims = REGISTER_TILE_OPS[op]
@@ -419,30 +469,31 @@ def _panel_rules(tile: tuple[int, int], wide: bool = False) -> tuple[list[tuple[
         outer = [*lead, batch_dims + 1, batch_dims]  # the weight [B, K, N / 16] to [B, N / 16, K]
         order = [*lead, *(batch_dims + index for index in (0, 1, 3, 2))]  # K last
         packed_sizes = [0] * batch_dims + [0, PANEL, 0]
-        for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
-            for min_depth, depth in [*panel_blocks(rows, workgroup, wide), (REGISTER_TILE_MIN_SIZE, 0)]:
-                action = f"@panels_{op.split('.')[1]}_{rows[0]}" + (f"_m{rows_multiple}" if rows_multiple else "")
-                action += f"_k{min_depth}" if depth else ""
-                step = REGISTER_TILE_WORKGROUP_COLUMNS
-                for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
-                    least_depth = max(min_depth, -(-(1 << least_log2) // columns))
-                    name = f"{action}_n{columns}"
-                    if least_depth > min_depth:  # the weight's bound asks more depth of these columns
-                        matchers.append(
-                            _matmul_matcher(
-                                name, rows, least_depth, columns, op, exact_columns=True, rows_multiple_of=rows_multiple
-                            )
-                        )
-                    else:  # from here every multiple of the workgroup's columns up to the most, one matcher
+        for step, tile in panel_tiles(op, wide):
+            for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
+                for min_depth, depth in [*panel_blocks(rows, workgroup, wide), (REGISTER_TILE_MIN_SIZE, 0)]:
+                    action = f"@panels_{tile[0]}x{tile[1]}_{op.split('.')[1]}_{rows[0]}"
+                    action += (f"_m{rows_multiple}" if rows_multiple else "") + (f"_k{min_depth}" if depth else "")
+                    for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
+                        least_depth = max(min_depth, -(-(1 << least_log2) // columns))
+                        name = f"{action}_n{columns}"
+                        if least_depth > min_depth:  # the weight's bound asks more depth of these columns
+                            if columns % REGISTER_TILE_WORKGROUP_COLUMNS or step == REGISTER_TILE_WORKGROUP_COLUMNS:
+                                exact = _matmul_matcher(
+                                    name, rows, least_depth, columns, op, exact_columns=True, rows_multiple_of=rows_multiple
+                                )
+                                matchers.append(exact)
+                                pairs.append(f"{name} -> {action}")
+                            continue  # (a multiple of 64 columns is the 4 x 64 tile's, tried first)
+                        # from here every multiple of the tile's columns up to the most, one matcher
                         every = {"columns_multiple_of": step, "max_n": PANELS_MAX_COLUMNS}
                         matchers.append(
                             _matmul_matcher(name, rows, min_depth, columns, op, rows_multiple_of=rows_multiple, **every)
                         )
-                    pairs.append(f"{name} -> {action}")
-                    if least_depth == min_depth:
+                        pairs.append(f"{name} -> {action}")
                         break
-                info = panel_info(workgroup, depth, tile, batch_dims)
-                actions.append(f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
+                    info = panel_info(workgroup, depth, tile, batch_dims)
+                    actions.append(f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
     %packed = transform.structured.pack %op packed_sizes = {packed_sizes}
         : (!transform.any_op) -> !transform.op<"linalg.generic">
     %weight = transform.get_producer_of_operand %packed[1]

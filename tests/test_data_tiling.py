@@ -229,15 +229,23 @@ class ImageNetMaps(nn.Module):
 
 
 # Per shape of ImageNetMaps (rows, K x N): the workgroup's rows and the register tile with AVX-512
-# and with AVX2.
+# (None: its weight is read as panels, AVX512_PANEL_TILES) and with AVX2.
 IMAGENET_MAP_TILES = {
     (784, "64x256"): ((56, (4, 64)), (48, (6, 16))),
     (400, "64x256"): ((48, (4, 64)), (48, (6, 16))),
     (784, "192x32"): ((56, (7, 32)), (48, (6, 16))),
-    (196, "576x96"): ((28, (7, 32)), (48, (6, 16))),
-    (49, "960x160"): ((96, (7, 32)), (96, (6, 16))),
+    (196, "576x96"): (None, (48, (6, 16))),
+    (49, "960x160"): (None, (96, (6, 16))),
     (3136, "96x24"): ((56, (7, 16)), (48, (6, 16))),
     (400, "192x32"): ((48, (6, 32)), (48, (6, 16))),
+}
+# With AVX-512 the weights of 2^15 elements or more and an odd multiple of 32 columns are read as
+# panels by the 7 x 32 tile where 7 divides the rows (`data_tiling.WIDE_ODD_PANEL_TILES`); the
+# panels' loops are (M, N / 16, 16, K): per weight, the workgroup's sizes and the register tile.
+AVX512_PANEL_TILES = {
+    "576x96": ("[28, 4, 16, 0]", "[7, 2, 16, 0]"),
+    "960x160": ("[96, 4, 16, 0]", "[7, 2, 16, 0]"),
+    "256x1024": ("[28, 4, 16, 0]", "[4, 4, 16, 0]"),
 }
 
 
@@ -247,24 +255,30 @@ def test_workgroups_divide_imagenet_maps_and_avx512_tiles_take_7_rows_there(
 ) -> None:
     """With AVX-512 a matmul whose rows a workgroup of 56, 28 or 49 rows divides takes it (or one
     workgroup of every row), a 7-row register tile where 7 divides them and the columns are no
-    multiple of 64; with AVX2 (6 x 16, whose 6 rows 56 is no multiple of) workgroups of 48 or 96."""
+    multiple of 64, over the weight's panels where it has 2^15 elements or more; with AVX2 (6 x 16,
+    whose 6 rows 56 is no multiple of) workgroups of 48 or 96, panels only from 2^17 elements and 64
+    columns."""
     _set_cpu(monkeypatch, avx512, True)
     torch.manual_seed(0)
     model = ImageNetMaps().eval()
     examples = ImageNetMaps.examples()
     configurations = _compiled(model, examples, "executable-configurations")
     for (rows, weight), tiles in IMAGENET_MAP_TILES.items():
-        workgroup, tile = tiles[0] if avx512 else tiles[1]
         operand = f"<{rows}x{weight.split('x')[0]}xf32>"
         lines = [line for line in _configuration_lines(configurations, f"{weight}xf32") if operand in line]
+        if avx512 and tiles[0] is None:
+            assert not lines, (rows, weight, lines)  # read as panels, below
+            continue
+        workgroup, tile = tiles[0] if avx512 else tiles[1]
         assert len(lines) == 1, (rows, weight, configurations)
         assert f"distribution = [{workgroup}, 64, 0]" in lines[0], (rows, weight, lines[0])
         assert f"vector_common_parallel = [{tile[0]}, {tile[1]}, 0]" in lines[0], (rows, weight, lines[0])
-    # The panels' loops are (M, N / 16, 16, K): 196 rows in workgroups of 28 with AVX-512's 4-row tile.
-    panels = _panel_lines(configurations, "256x1024xf32")
-    workgroup, tile = ("[28, 4, 16, 0]", "[4, 4, 16, 0]") if avx512 else ("[48, 4, 16, 0]", "[6, 1, 16, 0]")
-    assert len(panels) == 1 and f"distribution = {workgroup}" in panels[0], panels
-    assert f"vector_common_parallel = {tile}" in panels[0], panels
+    # ResNet-50's 256 -> 1024 as panels with AVX2 too: 196 rows in workgroups of 48, 6 x 16.
+    panel_tiles = AVX512_PANEL_TILES if avx512 else {"256x1024": ("[48, 4, 16, 0]", "[6, 1, 16, 0]")}
+    for weight, (workgroup, tile) in panel_tiles.items():
+        panels = _panel_lines(configurations, f"{weight}xf32")
+        assert len(panels) == 1 and f"distribution = {workgroup}" in panels[0], (weight, panels)
+        assert f"vector_common_parallel = {tile}" in panels[0], (weight, panels)
     run = dycl_iree.load(dycl_iree.export(model, examples).save(tmp_path / "maps.dycl"))
     with torch.no_grad():
         wants = model(*examples)
