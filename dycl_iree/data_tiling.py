@@ -454,46 +454,55 @@ def panel_blocks(rows: tuple[int, int | None], workgroup: int, wide: bool = Fals
 
 
 def _panel_rules(wide: bool = False) -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """The matchers of the matmuls `reads_panels` picks (one per column count while the weight's bound
-    asks more depth of it than the register tile's least, as the spec compares sizes but cannot
-    multiply them; then one for every multiple of the tile's columns from there), their pairs, and
-    the actions that pack their weights and give them their register tile (`panel_tiles`; and,
-    `wide`, the cache blocks of `panel_blocks`)."""
+    """The matchers of the matmuls `reads_panels` picks (`_panel_matchers`), their pairs, and the
+    actions that pack their weights and give them their register tile (`panel_tiles`; and, `wide`,
+    the cache blocks of `panel_blocks`)."""
     matchers, pairs, actions = [], [], []
-    for op in REGISTER_TILE_OPS:
+    for op, batch_dims in REGISTER_TILE_OPS.items():
         least_log2, _ = _panel_bounds(op, wide)
         if not least_log2:
             continue
-        batch_dims = REGISTER_TILE_OPS[op]
-        lead = list(range(batch_dims))  # the batch dim keeps its place in every permutation
-        outer = [*lead, batch_dims + 1, batch_dims]  # the weight [B, K, N / 16] to [B, N / 16, K]
-        order = [*lead, *(batch_dims + index for index in (0, 1, 3, 2))]  # K last
-        packed_sizes = [0] * batch_dims + [0, PANEL, 0]
         for step, tile in panel_tiles(op, wide):
             for rows, rows_multiple, workgroup in workgroup_rows(op, tile[0]):
                 for min_depth, depth in [*panel_blocks(rows, workgroup, wide), (REGISTER_TILE_MIN_SIZE, 0)]:
                     action = f"@panels_{tile[0]}x{tile[1]}_{op.split('.')[1]}_{rows[0]}"
                     action += (f"_m{rows_multiple}" if rows_multiple else "") + (f"_k{min_depth}" if depth else "")
-                    for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
-                        least_depth = max(min_depth, -(-(1 << least_log2) // columns))
-                        name = f"{action}_n{columns}"
-                        if least_depth > min_depth:  # the weight's bound asks more depth of these columns
-                            if columns % REGISTER_TILE_WORKGROUP_COLUMNS or step == REGISTER_TILE_WORKGROUP_COLUMNS:
-                                exact = _matmul_matcher(
-                                    name, rows, least_depth, columns, op, exact_columns=True, rows_multiple_of=rows_multiple
-                                )
-                                matchers.append(exact)
-                                pairs.append(f"{name} -> {action}")
-                            continue  # (a multiple of 64 columns is the 4 x 64 tile's, tried first)
-                        # from here every multiple of the tile's columns up to the most, one matcher
-                        every = {"columns_multiple_of": step, "max_n": PANELS_MAX_COLUMNS}
-                        matchers.append(
-                            _matmul_matcher(name, rows, min_depth, columns, op, rows_multiple_of=rows_multiple, **every)
-                        )
-                        pairs.append(f"{name} -> {action}")
-                        break
-                    info = panel_info(workgroup, depth, tile, batch_dims)
-                    actions.append(f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
+                    found = _panel_matchers(action, op, rows, rows_multiple, min_depth, least_log2, step)
+                    matchers += found
+                    pairs += [f"{name} -> {action}" for name, _ in found]
+                    actions.append(_panel_action(action, batch_dims, panel_info(workgroup, depth, tile, batch_dims)))
+    return matchers, pairs, actions
+
+
+def _panel_matchers(
+    action: str, op: str, rows: tuple, rows_multiple: int, min_depth: int, least_log2: int, step: int
+) -> list[tuple[str, str]]:
+    """The matchers of one panel `action`: one per column count (a multiple of `step`) while the
+    weight's bound asks more depth of it than `min_depth`, as the spec compares sizes but cannot
+    multiply them; then one for every multiple of `step` from there. A tile of 32 columns leaves the
+    counts that are multiples of 64 to the 4 x 64 tile's actions, which the spec tries first."""
+    matchers = []
+    for columns in range(step, PANELS_MAX_COLUMNS + 1, step):
+        least_depth = max(min_depth, -(-(1 << least_log2) // columns))
+        name = f"{action}_n{columns}"
+        if least_depth == min_depth:  # from here every multiple of the tile's columns up to the most
+            every = {"columns_multiple_of": step, "max_n": PANELS_MAX_COLUMNS, "rows_multiple_of": rows_multiple}
+            matchers.append(_matmul_matcher(name, rows, min_depth, columns, op, **every))
+            break
+        if columns % REGISTER_TILE_WORKGROUP_COLUMNS or step == REGISTER_TILE_WORKGROUP_COLUMNS:
+            exact = {"exact_columns": True, "rows_multiple_of": rows_multiple}
+            matchers.append(_matmul_matcher(name, rows, least_depth, columns, op, **exact))
+    return matchers
+
+
+def _panel_action(action: str, batch_dims: int, info: str) -> str:
+    """The action that packs a matched (batch) matmul's weight into panels of 16 columns, orders its
+    loops with the reduction last and gives it the `compilation_info` `info`."""
+    lead = list(range(batch_dims))  # the batch dim keeps its place in every permutation
+    outer = [*lead, batch_dims + 1, batch_dims]  # the weight [B, K, N / 16] to [B, N / 16, K]
+    order = [*lead, *(batch_dims + index for index in (0, 1, 3, 2))]  # K last
+    packed_sizes = [0] * batch_dims + [0, PANEL, 0]
+    return f"""  transform.named_sequence {action}(%op: !transform.any_op {{transform.consumed}}) {{
     %packed = transform.structured.pack %op packed_sizes = {packed_sizes}
         : (!transform.any_op) -> !transform.op<"linalg.generic">
     %weight = transform.get_producer_of_operand %packed[1]
@@ -506,8 +515,7 @@ def _panel_rules(wide: bool = False) -> tuple[list[tuple[str, str]], list[str], 
     %info = transform.param.constant {info} -> !transform.any_param
     transform.annotate %ordered "compilation_info" = %info : !transform.op<"linalg.generic">, !transform.any_param
     transform.yield
-  }}""")
-    return matchers, pairs, actions
+  }}"""
 
 
 def _matmul_matcher(
