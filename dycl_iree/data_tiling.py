@@ -194,23 +194,25 @@ DYNAMIC_ROWS = True
 # measured: a workgroup's panels stay in L2 whole (196x1152 by 1152x256 from im2col 49.0 -> 64.9
 # GFLOP/s without blocks, 196x1024 by 1024x512 70.4 -> 76.5; none slower beyond the noise).
 PANELS_BLOCKED_FROM = 0
-# With AVX-512 (the wide tiles) a reduction over panels runs in blocks of WIDE_PANEL_DEPTH from the
-# depth given here, by how many workgroups take the rows: with one (at most 96 rows) from 256, with
-# several from 1024. A block's panels (32 x 64 floats, 8 KiB) then stay in L1 while the workgroup's
-# register tiles pass over them; whole, each tile streams the workgroup's panels (64 KiB from a
-# depth of 256) from L2 again. IREE's profile of ResNet-50 (AVX-512, one thread, best of 2 runs, ms),
-# blocks of 32 for every depth from 256: Winograd's 16 x 16x512 by 512x512 (layer4) 3.83 -> 2.89,
-# 49x4608 by 4608x512 (layer4's stride-2 3x3 as im2col) 2.29 -> 1.73, 16 x 49x256 by 256x256
-# (layer3) 4.62 -> 4.24, 49x2048 by 2048x512 1.85 -> 1.50, 196x2304 by 2304x256 1.89 -> 1.59,
-# 196x1024 by 1024x512 1.60 -> 1.41; but 196x256 by 256x1024 3.58 -> 4.06 and 784x512 by 512x256
-# 1.27 -> 1.34, hence 1024 with several workgroups. Whole models with this rule, as alternating
-# processes of `iree-benchmark-module` (median ratio of 6-8 pairs): ResNet-50 0.953, ResNet-18
-# 0.922, MobileNetV2 0.997, the early-exit ResNet-50 0.964 on a sample that runs every stage and
-# 1.004, 1.000, 0.998 on those that leave at the first three exits (which run no layer4). Blocks of
-# 32 for every depth from 256: ResNet-50 0.957 and 0.960; of 64: 0.970 and 0.976; of 16: 1.022;
-# blocks for the register tiles that read weights as stored too (from 128 or 256): MobileNetV2
-# 1.017-1.030. With AVX2 (6 x 16 tiles) the reductions stay whole (PANELS_BLOCKED_FROM).
-WIDE_PANELS_BLOCKED_FROM = {"one workgroup": 256, "several workgroups": 1024}
+# With AVX-512 (the wide tiles) a reduction over panels could run in blocks of WIDE_PANEL_DEPTH
+# from the depth given here, by how many workgroups take the rows (0: never), so that a block's
+# panels (32 x 64 floats, 8 KiB) stay in L1 while the workgroup's register tiles pass over them.
+# It did, from 256 with one workgroup (at most 96 rows) and from 1024 with several, after a profile
+# of ResNet-50 on this Zen 4 machine (blocks of 32 from 256, ms: Winograd's 16 x 16x512 by 512x512
+# 3.83 -> 2.89, 49x4608 by 4608x512 2.29 -> 1.73, 49x2048 by 2048x512 1.85 -> 1.50, 196x2304 by
+# 2304x256 1.89 -> 1.59; 196x256 by 256x1024 3.58 -> 4.06, hence 1024 with several workgroups).
+# Measured again with the tiles since (the 7-row tiles, workgroups that divide the rows, 4 x 64 over
+# panels; profiles in the models, ms a call, median of 2-3, one thread, blocks -> whole), every
+# reduction ran faster whole: Winograd's 16 x 16x512 by 512x512 3.364 -> 3.087 (ResNet-50) and
+# 5.059 -> 4.645 (ResNet-18), 16 x 49x256 by 256x256 5.275 -> 5.127 and 3.161 -> 3.103; ResNet-50's
+# 49x4608 by 4608x512 2.339 -> 2.219, 49x2048 by 2048x512 2.094 -> 1.935, 49x1024 by 1024x2048
+# 2.195 -> 2.006, 49x512 by 512x2048 (three) 1.067 -> 1.014, 196x1024 by 1024x256 4.691 -> 4.519,
+# 196x2304 by 2304x256 2.104 -> 2.033, 196x1024 by 1024x512 1.876 -> 1.808; MobileNetV2's 49x960
+# by 960x160 (two) 0.322 -> 0.287, 49x960 by 960x320 0.302 -> 0.283, 49x576 by 576x160 0.099 ->
+# 0.087, 49x320 by 320x1280 0.407 -> 0.393. Whole models, wall ms alternating in one process:
+# ResNet-18 20.71 -> 19.98 and ResNet-50 63.09 -> 62.24 (Winograd's whole; the matmuls' already),
+# ResNet-50 63.10 -> 62.82 (the matmuls' of several workgroups whole; one workgroup's already).
+WIDE_PANELS_BLOCKED_FROM = {"one workgroup": 0, "several workgroups": 0}
 WIDE_PANEL_DEPTH = 32
 
 
@@ -440,12 +442,10 @@ def panel_blocks(rows: tuple[int, int | None], workgroup: int, wide: bool = Fals
     """(least depth, block depth) of the reductions over panels that run in cache blocks, for the
     matmuls of a row range `rows` (`REGISTER_TILE_ROWS`) whose workgroups take `workgroup` rows:
     with the wide tiles (`wide`: AVX-512) WIDE_PANELS_BLOCKED_FROM by whether one workgroup takes
-    every row, otherwise PANELS_BLOCKED_FROM; none where that is 0.
+    every row, otherwise PANELS_BLOCKED_FROM; none where that is 0 (as now, with either).
 
-    >>> panel_blocks((16, 96), 96, wide=True), panel_blocks((97, None), 28, wide=True)
-    ([(256, 32)], [(1024, 32)])
-    >>> panel_blocks((97, None), 48)
-    []
+    >>> panel_blocks((16, 96), 96, wide=True), panel_blocks((97, None), 28, wide=True), panel_blocks((97, None), 48)
+    ([], [], [])
     """
     if not wide:
         return [(PANELS_BLOCKED_FROM, REGISTER_TILE_DEPTH)] if PANELS_BLOCKED_FROM else []
