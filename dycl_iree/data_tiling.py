@@ -49,8 +49,10 @@ a weight of 2^19 elements or more whose sides are powers of two always matches, 
 With AVX-512 (32 vector registers of 16 floats) the same rule holds with wider register tiles:
 4 rows x 64 columns for matmuls whose columns are a multiple of 64, 6 x 32 for the other multiples
 of 32, 6 x 16 for the rest, and 7 rows in place of 6 where 7 divides the rows and a workgroup
-(`WIDE_REGISTER_TILES`, `DIVIDING_WORKGROUP_ROWS`), and deep reductions over panels run in blocks
-that stay in L1 (`panel_blocks`). That rule replaced AVX-512's own, which
+(`WIDE_REGISTER_TILES`, `DIVIDING_WORKGROUP_ROWS`); weights are read as panels from 2^15 elements
+and 32 columns, odd multiples of 32 by the 7 x 32 tile (`WIDE_PANEL_COLUMNS`,
+`WIDE_ODD_PANEL_TILES`), and every reduction over panels is whole (`panel_blocks`: cache blocks
+measured slower since the tiles above). That rule replaced AVX-512's own, which
 data-tiled the matmuls of at most 196 rows and a weight of 2^19 elements or more (the numbers
 above, measured on an AMD Zen 4) and left the rest, and the convolutions, to IREE: on an Intel
 Xeon (Sapphire Rapids, one thread, `benchmarks/convolution_forms.py --compare avx512`, CPU time, 9
