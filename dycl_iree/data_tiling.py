@@ -275,20 +275,22 @@ def panel_tiles(op: str, wide: bool) -> list[tuple[int, tuple[int, int]]]:
     return tiles
 
 
-def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.matmul") -> int:
+def padded_columns(rows: object, depth: int, columns: int, op: str = "linalg.matmul", wide: bool = False) -> int:
     """The columns a `depth` x `columns` weight of a matmul (`op`; or each batch's of a
-    `linalg.batch_matmul`, Winograd's transformed filter) is stored with under the AVX2 rule, for
-    `rows` rows (a static size from the register tile's least rows of that op up: those with fewer,
-    or a size known only at run time, keep IREE's tiles or are data-tiled, and read it as it is; a
-    weight read as panels, `reads_panels`, is not padded either).
+    `linalg.batch_matmul`, Winograd's transformed filter) is stored with under the register-tile
+    rule (wider with AVX-512, `wide`), for `rows` rows (a static size from the register tile's least
+    rows of that op up: those with fewer, or a size known only at run time, keep IREE's tiles or are
+    data-tiled, and read it as it is; a weight read as panels, `reads_panels`, is not padded either).
 
     >>> padded_columns(3136, 64, 256), padded_columns(49, 512, 2048), padded_columns(1, 64, 256)
     (272, 2048, 256)
+    >>> padded_columns(784, 128, 512), padded_columns(784, 128, 512, wide=True)  # 2^16: panels with AVX-512
+    (528, 512)
     >>> padded_columns(16, 512, 512, "linalg.batch_matmul"), padded_columns(16, 512, 8192, "linalg.batch_matmul")
     (512, 8208)
     """
     least_rows = min(REGISTER_TILE_ROWS[op])[0]
-    if reads_panels(rows, depth, columns, op):
+    if reads_panels(rows, depth, columns, op, wide):
         return columns
     if PADDED_STRIDE and isinstance(rows, int) and rows >= least_rows and columns % PADDED_STRIDE == 0:
         return columns + PADDING

@@ -495,7 +495,7 @@ def _matmul_with_bias(rows: torch.Tensor, matrix: torch.Tensor, bias: torch.Tens
     columns = matrix.shape[1]
     padded = columns
     if cpu_features.register_tile_rule():
-        padded = data_tiling.padded_columns(rows.shape[0], matrix.shape[0], columns)
+        padded = data_tiling.padded_columns(rows.shape[0], matrix.shape[0], columns, wide=cpu_features.has_avx512())
     if padded != columns and PADDED_WEIGHT_VIEW:
         stored = aten.constant_pad_nd(matrix, [0, padded - columns])
         return _with_bias(aten.mm(rows, aten.slice(stored, 1, 0, columns)), bias)

@@ -178,6 +178,21 @@ def test_avx2_pads_a_small_weight_whose_rows_share_l1_sets(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("avx512", [True, False])
+def test_a_weight_of_2_to_the_16_is_read_as_panels_with_avx512_and_padded_with_avx2(avx512: bool, monkeypatch) -> None:
+    """ResNet-50's 128 -> 512 at 28x28 (a 784x128 by 128x512 matmul, 2^16 weights, rows 2 KiB apart):
+    with AVX-512 read as panels (from 2^15, `data_tiling.WIDE_PANELS_MIN_WEIGHT_LOG2`), no dispatch
+    reading it through a padded view; with AVX2 below its panels' bound (2^17), so stored with 16
+    columns more and read through a slice."""
+    _set_cpu(monkeypatch, avx512, True)
+    torch.manual_seed(0)
+    convolution = nn.Conv2d(128, 512, 1).eval()
+    configurations = _compiled(convolution, (torch.randn(1, 128, 28, 28),), "executable-configurations")
+    panels = _panel_lines(configurations, "128x512xf32")
+    padded = _padded_weight_dispatches(configurations, "128x512xf32", 528)
+    assert (len(panels), len(padded)) == ((1, 0) if avx512 else (0, 1)), (panels, len(padded), configurations)
+
+
+@pytest.mark.parametrize("avx512", [True, False])
 def test_large_matmuls_take_the_register_tile_of_the_cpu_and_none_is_data_tiled(avx512: bool, monkeypatch) -> None:
     """6 x 16 with AVX2; with AVX-512 4 x 64 where the columns are a multiple of 64."""
     _set_cpu(monkeypatch, avx512, True)
