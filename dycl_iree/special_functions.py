@@ -106,7 +106,7 @@ def odd_by_magnitude(op: Any) -> Any:
         if x.dtype != torch.float32:
             return NotImplemented
         magnitude = op(torch.abs(x))  # the table keeps this call's op (`decompositions._without_reentry`)
-        return torch.where(signbit(x), -magnitude, magnitude)
+        return _negated_where_signed(x, magnitude)
 
     decompose.__name__ = f"{op.__name__.split('.')[0]}_by_magnitude"
     return decompose
@@ -149,7 +149,7 @@ def asinh_by_log1p(x: torch.Tensor) -> Any:
     squared = small * small
     near = torch.log1p(small + squared / (1.0 + torch.sqrt(1.0 + squared)))
     magnitude = torch.where(a > 2.0**30, torch.log(a) + math.log(2.0), near)
-    return torch.where(signbit(x), -magnitude, magnitude)
+    return _negated_where_signed(x, magnitude)
 
 
 def expm1_of_float64(x: torch.Tensor) -> Any:
@@ -366,6 +366,12 @@ def signbit(x: torch.Tensor) -> torch.Tensor:
     return x < 0
 
 
+def _negated_where_signed(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """`value`, negated where `x`'s sign bit is set (`signbit`: -0.0 and -NaN too): the sign of an
+    odd function's argument put back on its value at |x|, or `copysign`'s."""
+    return torch.where(signbit(x), -value, value)
+
+
 # The signed integer of each float dtype's width.
 _BITS = {
     torch.float32: torch.int32,
@@ -389,7 +395,7 @@ def copysign(input: torch.Tensor, other: Any) -> Any:
         return NotImplemented
     magnitude = torch.abs(input.to(dtype))
     if isinstance(other, torch.Tensor):
-        return torch.where(signbit(other), -magnitude, magnitude)
+        return _negated_where_signed(other, magnitude)
     if type(other) not in (int, float, bool):
         return NotImplemented
     return -magnitude if math.copysign(1.0, other) < 0.0 else magnitude
