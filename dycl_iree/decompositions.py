@@ -554,6 +554,20 @@ def depthwise_convolution_as_taps(
     >>> torch.allclose(out, torch.nn.functional.conv2d(x, w, padding=1, groups=3), atol=1e-5)
     True
     """
+    return _nchw(depthwise_taps_nhwc(input, weight, bias, stride, padding, dilation, activation, padded_input))
+
+
+def depthwise_taps_nhwc(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    activation: tuple[Any, ...] = (),
+    padded_input: bool = False,
+) -> torch.Tensor:
+    """`depthwise_convolution_as_taps` with its result left in NHWC."""
     out_channels, _, kernel_h, kernel_w = weight.shape
     taps, _, _ = _channels_last_taps(input, kernel_h, kernel_w, stride, padding, dilation, 0.0, padded_input)
     tap_weights = aten.permute(weight, [2, 3, 1, 0]).reshape(kernel_h * kernel_w, out_channels)
@@ -571,7 +585,7 @@ def depthwise_convolution_as_taps(
         out = out + bias
     if activation:
         out = activation[0](out, *activation[1:])
-    return _nchw(out)
+    return out
 
 
 def depthwise_convolution_activated(

@@ -46,7 +46,14 @@ from .decompositions import (
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
 from .one_trace import OVERRIDE, split_table
-from .padded_expansion import Expansions, depthwise_convolution_of_padded, inside_mask
+from .padded_expansion import (
+    Expansions,
+    depthwise_convolution_of_padded,
+    depthwise_of_expansion_in_bands,
+    in_bands,
+    inside_mask,
+    pointwise_convolution_padded,
+)
 from .padded_rnn import UNROLLED_OVER_TIME
 from .program import Constant, ListArg, Program, ScalarType, Segment, TensorType, Value, format_value
 from .size_ties import SizeTie, affine_tie, input_symbols
@@ -528,6 +535,7 @@ def _segment_graph(
 
     depthwise: dict[Value, list] = {}  # a depthwise convolution's output: its arguments
     padded: set[Value] = set()  # those whose input is a padded expansion's (`padded_expansion`)
+    banded: dict[Value, tuple] = {}  # those of them that run in bands: the expansion's arguments
     expansions = Expansions(segment)
     for position, op in enumerate(segment.nodes):
         overload = overload_of(op.target)
@@ -553,13 +561,20 @@ def _segment_graph(
                         expansion = (*expansion[:4], mask_node, *expansion[5:])
                         args[0] = graph.call_function(function, expansion)
                         padded.add(op.outputs[0])
+                        if function is pointwise_convolution_padded and in_bands(op.args[0].type.shape, weight, args):
+                            banded[op.outputs[0]] = expansion
                     depthwise[op.outputs[0]] = args
         expansions.note(op, overload, args, kwargs, None if tile else weight)
         activated = _activated_depthwise(overload, op, args, kwargs, depthwise)
         if activated is not None:
             # The convolution's own node stays for any other user; torch.export drops it if none.
-            rewrite = depthwise_convolution_of_padded if op.args[0] in padded else depthwise_convolution_activated
-            node = graph.call_function(rewrite, activated)
+            if op.args[0] in banded:
+                node = graph.call_function(depthwise_of_expansion_in_bands, (banded[op.args[0]], *activated[1:]))
+            else:
+                rewrite = depthwise_convolution_of_padded if op.args[0] in padded else depthwise_convolution_activated
+                node = graph.call_function(rewrite, activated)
+        elif op.outputs and op.outputs[0] in banded:
+            node = graph.call_function(depthwise_of_expansion_in_bands, (banded[op.outputs[0]], *args[1:6]))
         elif op.outputs and op.outputs[0] in padded:
             node = graph.call_function(depthwise_convolution_of_padded, tuple(args[:6]))
         elif tile:

@@ -8,6 +8,9 @@ the expansion's output with `constant_pad_nd`, which IREE 3.13 runs as a copy of
 activation into a padded buffer (`slow_memcpy`, 7-8% of MobileNetV2's time with AVX2). Here the
 expansion's input is padded instead (6x narrower in MobileNetV2), the matmul runs over the padded
 pixels and its border is set to zero after the activation, fused into the matmul's dispatch.
+Where that padded expansion is much larger than the cache (`BANDED_FROM`: MobileNetV2's first, 5 MB),
+the expansion and the depthwise convolution run together in bands of output rows whose expansion
+fits it (`BAND_BYTES`, `depthwise_of_expansion_in_bands`).
 
 Example:
     >>> x, w, b = torch.randn(1, 4, 6, 6), torch.randn(8, 4, 1, 1), torch.randn(8)
@@ -24,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .decompositions import depthwise_as_taps, depthwise_convolution_as_taps
+from .decompositions import depthwise_as_taps, depthwise_convolution_as_taps, depthwise_taps_nhwc
 from .program import ListArg, Segment, Value
 
 aten = torch.ops.aten
@@ -86,22 +89,136 @@ def pointwise_convolution_padded(
     >>> torch.allclose(out, torch.nn.functional.pad(expected.permute(0, 2, 3, 1), (0, 0, 1, 1, 1, 1)), atol=1e-5)
     True
     """
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
-    out_channels, channels = weight.shape[:2]
-    pad_h, pad_w = padding
-    padded = aten.constant_pad_nd(aten.permute(input, [0, 2, 3, 1]), [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0)
+    padded = _padded_rows(input, padding)
     batch, height, width, _ = padded.shape
-    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(channels, out_channels)
-    out = aten.mm(padded.reshape(batch * height * width, channels), matrix)
-    if bias is not None:
-        out = out + bias
-    out = op(out, *scalars).reshape(batch, height, width, out_channels)
     if inside is None:
+        pad_h, pad_w = padding
         rows, columns = torch.arange(height), torch.arange(width)
         inside_rows = ((rows >= pad_h) & (rows < height - pad_h)).reshape(1, height, 1, 1)
         inside_columns = ((columns >= pad_w) & (columns < width - pad_w)).reshape(1, 1, width, 1)
         inside = inside_rows & inside_columns
-    return aten.where.ScalarOther(inside, out, 0.0)
+    out = _expanded(padded.reshape(batch * height * width, padded.shape[3]), weight, bias, activation, *scalars)
+    return aten.where.ScalarOther(inside, out.reshape(batch, height, width, -1), 0.0)
+
+
+def _padded_rows(input: torch.Tensor, padding: Sequence[int]) -> torch.Tensor:
+    """The NCHW `input` as NHWC, padded by `padding` with zeros."""
+    pad_h, pad_w = padding
+    return aten.constant_pad_nd(aten.permute(input, [0, 2, 3, 1]), [0, 0, pad_w, pad_w, pad_h, pad_h], 0.0)
+
+
+def _expanded(
+    pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str, *scalars: float
+) -> torch.Tensor:
+    """The 1x1 convolution `weight` of the [P, C] `pixels`, then `activation`: [P, F]."""
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    out_channels, channels = weight.shape[:2]
+    matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(channels, out_channels)
+    out = aten.mm(pixels, matrix)
+    if bias is not None:
+        out = out + bias
+    return op(out, *scalars)
+
+
+def depthwise_of_expansion_in_bands(
+    expansion: Sequence[Any],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    activation: str = "",
+    *scalars: float,
+) -> torch.Tensor:
+    """`depthwise_convolution_of_padded` of `pointwise_convolution_padded(*expansion)`, computed in
+    bands of output rows (`band_rows`): each band's expansion covers the padded rows the band's taps
+    read (the rows between bands twice), so that it stays in the cache for the taps, and each band's
+    taps write their rows of the result. Batch 1, sizes known at export (`in_bands` picks it).
+
+    MobileNetV2's first expansion (16 -> 96 channels over the 114x114 padded grid, 5 MB) went to
+    memory and back whole; in bands of 8 output rows (744 KB) it stays in L2. The result is
+    written band after band into an empty tensor, each band's rows once (`slice_scatter`), which
+    IREE 3.13 turns into the taps' dispatches writing their rows of one buffer in place (bands
+    joined by a concatenation had measured no faster; README, "Expansions in bands").
+
+    >>> x, w, b = torch.randn(1, 4, 9, 9), torch.randn(8, 4, 1, 1), torch.randn(8)
+    >>> dw, db = torch.randn(8, 1, 3, 3), torch.randn(8)
+    >>> expansion = (x, w, b, [1, 1], inside_mask(9, 9, [1, 1]), "hardtanh", 0.0, 6.0)
+    >>> out = depthwise_of_expansion_in_bands(expansion, dw, db, [2, 2], [1, 1], [1, 1], "hardtanh", 0.0, 6.0)
+    >>> relu6, conv2d = torch.nn.functional.relu6, torch.nn.functional.conv2d
+    >>> want = relu6(conv2d(relu6(conv2d(x, w, b)), dw, db, 2, 1, 1, 8))
+    >>> torch.allclose(out, want, atol=1e-5)
+    True
+    """
+    input, expansion_weight, expansion_bias, expansion_padding, inside, expansion_activation, *bounds = expansion
+    padded = _padded_rows(input, expansion_padding)
+    _, height, width, channels = padded.shape
+    out_channels = expansion_weight.shape[0]
+    flat = padded.reshape(height * width, channels)
+    kernel = dilation[0] * (weight.shape[2] - 1) + 1  # padded rows one output row reads
+    out_rows = (height - kernel) // stride[0] + 1
+    out_columns = (width - dilation[1] * (weight.shape[3] - 1) - 1) // stride[1] + 1
+    rows = band_rows(height, width * out_channels * padded.element_size(), stride[0], kernel) or out_rows
+    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}.get(activation)
+    activated = (op, *scalars) if op is not None else ()
+    result = aten.empty.memory_format([1, out_rows, out_columns, weight.shape[0]], dtype=input.dtype)
+    for first in range(0, out_rows, rows):
+        last = min(out_rows, first + rows)
+        top, bottom = stride[0] * first, stride[0] * (last - 1) + kernel  # the padded rows the band reads
+        pixels = aten.slice(flat, 0, top * width, bottom * width)
+        band = _expanded(pixels, expansion_weight, expansion_bias, expansion_activation, *bounds)
+        band = band.reshape(1, bottom - top, width, out_channels)
+        band = aten.where.ScalarOther(aten.slice(inside, 1, top, bottom), band, 0.0)
+        taps = depthwise_taps_nhwc(band, weight, bias, stride, padding, dilation, activated, padded_input=True)
+        result = aten.slice_scatter(result, taps, 1, first, last)
+    return aten.permute(result, [0, 3, 1, 2]).contiguous()
+
+
+def in_bands(shape: Sequence[Any], weight: torch.Tensor, args: Sequence[Any]) -> bool:
+    """Whether a depthwise convolution (`args`, of `weight`) of a padded expansion of NCHW `shape`
+    (`pointwise_convolution_padded`) runs in bands (`depthwise_of_expansion_in_bands`): batch 1,
+    taps (`depthwise_as_taps`), and an expansion of BANDED_FROM bytes or more."""
+    stride, padding, dilation = (list(setting) for setting in args[3:6])
+    batch, channels, height, width = shape
+    if batch != 1 or not depthwise_as_taps(channels, shape[2:], stride, weight.shape[2] * weight.shape[3]):
+        return False
+    kernel = dilation[0] * (weight.shape[2] - 1) + 1
+    padded_height, padded_width = height + 2 * padding[0], width + 2 * padding[1]
+    row_bytes = padded_width * channels * weight.element_size()
+    if padded_height * row_bytes < BANDED_FROM:
+        return False
+    return band_rows(padded_height, row_bytes, stride[0], kernel) is not None
+
+
+# The most bytes of expanded activation a band holds (`band_rows`): three quarters of the 1 MiB L2
+# cache of AMD Zen 4 (Intel's cores have 1.25-2 MiB), room left for the band's input and taps.
+BAND_BYTES = 768 * 1024
+# The least padded expansion that runs in bands (`in_bands`): MobileNetV2's first (5 MB) ran faster
+# in bands, its 56x56 ones (1.9 MB, in 3 bands with 2-3 rows read twice) no faster (README,
+# "Expansions in bands").
+BANDED_FROM = 4 << 20
+
+
+def band_rows(padded_rows: int, row_bytes: int, stride: int, kernel: int, budget: int | None = None) -> int | None:
+    """Output rows per band of a padded expansion of `padded_rows` rows of `row_bytes` bytes each,
+    read by a depthwise convolution of `kernel` rows (dilated) and `stride`: as many as keep a
+    band's expanded rows within `budget` (None: BAND_BYTES), the bands as even as can be; None where
+    the whole expansion fits (one band).
+
+    >>> band_rows(114, 114 * 96 * 4, 2, 3)  # MobileNetV2's first expansion: 7 bands of 8 rows
+    8
+    >>> band_rows(58, 58 * 144 * 4, 1, 3), band_rows(58, 58 * 144 * 4, 2, 3)  # 3 bands each
+    (19, 10)
+    >>> band_rows(30, 30 * 192 * 4, 1, 3) is None  # 691 KB: whole
+    True
+    """
+    budget = BAND_BYTES if budget is None else budget
+    if padded_rows * row_bytes <= budget:
+        return None
+    out_rows = (padded_rows - kernel) // stride + 1
+    most = max(1, (budget // row_bytes - kernel) // stride + 1)
+    bands = -(-out_rows // most)
+    return -(-out_rows // bands) if bands > 1 else None
 
 
 def convolution_padded(

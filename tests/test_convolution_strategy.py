@@ -482,6 +482,64 @@ def test_stem_writes_the_padded_input_of_the_depthwise_convolution_and_matches_p
     assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
 
 
+class BandedBlocks(nn.Module):
+    """MobileNetV2's inverted residuals at 56x56 (an expansion to 48 channels, ReLU6, a depthwise
+    convolution of stride 1 with the residual, or of stride 2), one on each side of a branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def unit(conv: nn.Conv2d, activated: bool = True) -> nn.Sequential:
+            norm = nn.BatchNorm2d(conv.out_channels)
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+            return nn.Sequential(conv, norm, *([nn.ReLU6()] if activated else []))
+
+        self.expand = unit(nn.Conv2d(8, 48, 1, bias=False))
+        self.depthwise = unit(nn.Conv2d(48, 48, 3, 1, 1, groups=48, bias=False))
+        self.project = unit(nn.Conv2d(48, 8, 1, bias=False), activated=False)
+        self.expand_strided = unit(nn.Conv2d(8, 48, 1, bias=False))
+        self.strided = unit(nn.Conv2d(48, 48, 3, 2, 1, groups=48, bias=False))
+        self.project_strided = unit(nn.Conv2d(48, 16, 1, bias=False), activated=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0.5:
+            return self.project_strided(self.strided(self.expand_strided(x)))
+        return x + self.project(self.depthwise(self.expand(x)))
+
+
+def test_expansions_larger_than_the_budget_run_in_bands_written_in_place_and_match_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a budget of 128 KiB (`padded_expansion.BAND_BYTES`) from 512 KiB (`BANDED_FROM`), both
+    blocks' expansions (58x58x48 padded, 646 KB) run in bands: stride 1 in 7 bands of 8 output rows, stride 2 in 6 of 5 (the last
+    3). IREE writes each band's taps into its rows of one buffer (no copy of a band, no copy dispatch)
+    and runs one expansion per band. Both hosts match PyTorch on each side of the branch."""
+    from dycl_iree import padded_expansion
+    from tests.test_data_tiling import _compiled
+
+    monkeypatch.setenv("DYCL_IREE_EXPORT_CACHE", "0")
+    monkeypatch.setattr(padded_expansion, "BAND_BYTES", 128 * 1024)
+    monkeypatch.setattr(padded_expansion, "BANDED_FROM", 512 * 1024)
+    torch.manual_seed(0)
+    model = BandedBlocks().eval()
+    example = torch.randn(1, 8, 56, 56)
+    stream = _compiled(model, (example,), "stream")
+    assert "slow_memcpy" not in stream and "stream.cmd.copy" not in stream
+    expansions = re.findall(r"stream\.cmd\.dispatch @\S+_matmul_(\d+)x48x8_f32", stream)
+    taps = re.findall(r"stream\.cmd\.dispatch @\S+_elementwise_(\d+)x(\d+)x48_f32", stream)
+    assert sorted(expansions) == sorted(["580"] * 7 + ["638"] * 5 + ["406"]), expansions  # padded rows x 58
+    assert sorted(taps) == sorted([("8", "56")] * 7 + [("5", "28")] * 5 + [("3", "28")]), taps
+    nan = torch.randn(1, 8, 56, 56)
+    nan[0, 3, 20, 30] = float("nan")
+    samples = [example, 0.3 * torch.randn(1, 8, 56, 56) + 1.0, nan]
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (example,), "banded_blocks")
+    for sample in samples:
+        check_hosts(scripted, (compiled, python), (sample,))
+    (label,) = python.decisions
+    assert dict(python.decisions[label]) == {True: 1, False: 2}, python.decisions
+
+
 class SpeechConvolutions(nn.Module):
     """1-D convolutions of every form over a run-time number of frames, as speech models run them
     one utterance at a time: IREE's channels-last conversion failed to compile each with a batch

@@ -135,6 +135,76 @@ def test_padded_expansion_matches_the_pointwise_then_depthwise_convolution(name,
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+BAND_CASES = {
+    # name: (input shape, depthwise weight shape, stride, padding, dilation)
+    "3x3": ((1, 6, 8, 8), (6, 1, 3, 3), [1, 1], [1, 1], [1, 1]),
+    "3x3 stride 2, odd": ((1, 6, 9, 9), (6, 1, 3, 3), [2, 2], [1, 1], [1, 1]),
+    "5x3 rectangular": ((1, 3, 10, 11), (3, 1, 5, 3), [1, 1], [2, 1], [1, 1]),
+    "3x3 dilated": ((1, 2, 12, 12), (2, 1, 3, 3), [1, 1], [2, 2], [2, 2]),
+    "3x3 stride 2x1": ((1, 4, 11, 10), (4, 1, 3, 3), [2, 1], [1, 1], [1, 1]),
+}
+
+
+@pytest.mark.parametrize("activation", ["relu6", None])
+@pytest.mark.parametrize("name", sorted(BAND_CASES))
+def test_expansion_in_bands_matches_the_pointwise_then_depthwise_convolution(name, activation, monkeypatch):
+    """`padded_expansion.depthwise_of_expansion_in_bands`: the expansion and the depthwise convolution
+    band by band (the budget set so that each case takes two bands or more, one of them shorter where
+    the rows do not divide), equal to conv2d, ReLU6, conv2d (, ReLU6) in PyTorch, a NaN included."""
+    from dycl_iree import padded_expansion
+    from dycl_iree.padded_expansion import band_rows, depthwise_of_expansion_in_bands, inside_mask
+
+    input_shape, weight_shape, stride, padding, dilation = BAND_CASES[name]
+    generator = torch.Generator().manual_seed(0)
+    channels = weight_shape[0]
+    x = torch.randn(1, 5, *input_shape[2:], generator=generator)
+    x[0, 2, 3, 1] = float("nan")
+    expand_weight = torch.randn(channels, 5, 1, 1, generator=generator)
+    expand_bias = torch.randn(channels, generator=generator) - 3.0
+    weight = torch.randn(weight_shape, generator=generator)
+    bias = torch.randn(channels, generator=generator)
+    expected = F.conv2d(
+        F.relu6(F.conv2d(x, expand_weight, expand_bias)), weight, bias, stride, padding, dilation, channels
+    )
+    padded_height, padded_width = input_shape[2] + 2 * padding[0], input_shape[3] + 2 * padding[1]
+    kernel = dilation[0] * (weight_shape[2] - 1) + 1
+    row_bytes = padded_width * channels * 4
+    monkeypatch.setattr(padded_expansion, "BAND_BYTES", (kernel + stride[0]) * row_bytes)  # a band of 2 rows
+    rows = band_rows(padded_height, row_bytes, stride[0], kernel)
+    assert rows is not None and rows < expected.shape[2], rows
+    mask = inside_mask(*input_shape[2:], padding)
+    expansion = (x, expand_weight, expand_bias, padding, mask, "hardtanh", 0.0, 6.0)
+    if activation is None:
+        actual = depthwise_of_expansion_in_bands(expansion, weight, bias, stride, padding, dilation)
+    else:
+        expected = F.relu6(expected)
+        actual = depthwise_of_expansion_in_bands(
+            expansion, weight, bias, stride, padding, dilation, "hardtanh", 0.0, 6.0
+        )
+    assert actual.is_contiguous() and torch.isnan(expected).any()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_bands_are_as_even_as_they_can_be_and_none_where_the_expansion_fits():
+    from dycl_iree.padded_expansion import BAND_BYTES, band_rows
+
+    row = 114 * 96 * 4  # MobileNetV2's first expansion, 16 -> 96 channels over 114x114 padded pixels
+    assert band_rows(114, row, 2, 3) == 8  # 17 padded rows a band, 744 KB; 7 bands of 8 output rows
+    assert band_rows(58, 58 * 144 * 4, 1, 3) == 19 and band_rows(58, 58 * 144 * 4, 2, 3) == 10
+    assert band_rows(30, 30 * 192 * 4, 1, 3) is None  # 691 KB: whole
+    for padded_rows, stride, kernel in [(114, 2, 3), (58, 1, 3), (60, 1, 5), (23, 2, 3)]:
+        for budget in (row * 3, row * 9, row * 40):
+            rows = band_rows(padded_rows, row, stride, kernel, budget)
+            out_rows = (padded_rows - kernel) // stride + 1
+            if rows is None:
+                assert padded_rows * row <= budget or (budget // row - kernel) // stride + 1 >= out_rows
+                continue
+            bands = -(-out_rows // rows)
+            assert bands > 1 and (stride * (rows - 1) + kernel) * row <= max(budget, kernel * row)
+            assert out_rows - (bands - 1) * rows > 0 and rows - (out_rows - (bands - 1) * rows) < bands
+    assert band_rows(10_000, 1, 1, 3) is None and BAND_BYTES >= 1 << 19
+
+
 @pytest.mark.parametrize(
     "weight_shape, groups, stride, padding",
     [
