@@ -512,9 +512,10 @@ def test_expansions_larger_than_the_budget_run_in_bands_written_in_place_and_mat
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a budget of 128 KiB (`padded_expansion.BAND_BYTES`) from 512 KiB (`BANDED_FROM`), both
-    blocks' expansions (58x58x48 padded, 646 KB) run in bands: stride 1 in 7 bands of 8 output rows, stride 2 in 6 of 5 (the last
-    3). IREE writes each band's taps into its rows of one buffer (no copy of a band, no copy dispatch)
-    and runs one expansion per band. Both hosts match PyTorch on each side of the branch."""
+    blocks' expansions (58x58x48 padded, 646 KB) run in bands: stride 1 in 7 bands of 8 output
+    rows, stride 2 in 6 of 5 (the last 3). IREE writes each band's taps into its rows of one buffer
+    (no copy of a band, no copy dispatch) and runs one expansion per band. Both hosts match PyTorch
+    on each side of the branch."""
     from dycl_iree import padded_expansion
     from tests.test_data_tiling import _compiled
 
