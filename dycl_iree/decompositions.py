@@ -588,6 +588,10 @@ def depthwise_taps_nhwc(
     return out
 
 
+# The activations the depthwise and padded-expansion rewrites take, by the name `lower` gives them.
+ACTIVATION_OPS = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}
+
+
 def depthwise_convolution_activated(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -608,7 +612,7 @@ def depthwise_convolution_activated(
     >>> torch.allclose(out, torch.nn.functional.relu6(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3)), atol=1e-5)
     True
     """
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    op = ACTIVATION_OPS[activation]
     taps = weight.shape[2] * weight.shape[3]
     if input.dim() != 4 or not depthwise_as_taps(weight.shape[0], input.shape[2:], stride, taps):
         return op(aten.conv2d.default(input, weight, bias, stride, padding, dilation, weight.shape[0]), *scalars)

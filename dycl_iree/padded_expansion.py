@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .decompositions import depthwise_as_taps, depthwise_convolution_as_taps, depthwise_taps_nhwc
+from .decompositions import ACTIVATION_OPS, depthwise_as_taps, depthwise_convolution_as_taps, depthwise_taps_nhwc
 from .program import ListArg, Segment, Value
 
 aten = torch.ops.aten
@@ -53,7 +53,7 @@ def depthwise_convolution_of_padded(
     >>> torch.allclose(out, torch.relu(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3)), atol=1e-5)
     True
     """
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}.get(activation)
+    op = ACTIVATION_OPS.get(activation)
     activated = (op, *scalars) if op is not None else ()
     if not depthwise_as_taps(weight.shape[0], padded.shape[1:3], stride, weight.shape[2] * weight.shape[3]):
         nchw = aten.permute(padded, [0, 3, 1, 2])
@@ -111,7 +111,7 @@ def _expanded(
     pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str, *scalars: float
 ) -> torch.Tensor:
     """The 1x1 convolution `weight` of the [P, C] `pixels`, then `activation`: [P, F]."""
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    op = ACTIVATION_OPS[activation]
     out_channels, channels = weight.shape[:2]
     matrix = aten.permute(weight, [2, 3, 1, 0]).reshape(channels, out_channels)
     out = aten.mm(pixels, matrix)
@@ -159,7 +159,7 @@ def depthwise_of_expansion_in_bands(
     out_rows = (height - kernel) // stride[0] + 1
     out_columns = (width - dilation[1] * (weight.shape[3] - 1) - 1) // stride[1] + 1
     rows = band_rows(height, width * out_channels * padded.element_size(), stride[0], kernel) or out_rows
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}.get(activation)
+    op = ACTIVATION_OPS.get(activation)
     activated = (op, *scalars) if op is not None else ()
     result = aten.empty.memory_format([1, out_rows, out_columns, weight.shape[0]], dtype=input.dtype)
     for first in range(0, out_rows, rows):
@@ -248,7 +248,7 @@ def convolution_padded(
     >>> torch.allclose(out, torch.nn.functional.pad(expected.permute(0, 2, 3, 1), (0, 0, 1, 1, 1, 1)), atol=1e-5)
     True
     """
-    op = {"hardtanh": aten.hardtanh.default, "relu": aten.relu.default}[activation]
+    op = ACTIVATION_OPS[activation]
     stride, conv_padding, dilation = convolution
     pads = []
     for size, kernel, step, before, spread, border in zip(
@@ -277,7 +277,7 @@ def inside_mask(height: int, width: int, padding: Sequence[int]) -> torch.Tensor
     return inside
 
 
-_ACTIVATIONS = {aten.hardtanh.default: "hardtanh", aten.relu.default: "relu"}
+_ACTIVATIONS = {op: name for name, op in ACTIVATION_OPS.items()}
 # The least height and width of the expansion's output that takes this form: the matmul also runs
 # over the border's pixels, 7% more rows at 56x56 but 15% at 28x28 and 31% at 14x14, where MobileNetV2's
 # blocks measured no faster or slower than with the padding copy (`benchmarks/inverted_residual.py`).
