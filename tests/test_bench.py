@@ -14,6 +14,7 @@ import ast
 import importlib
 import json
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import pytest
 import torch
 
 from dycl_iree import bench, verify
+from dycl_iree.bench.timing import MAX_CALLS
 
 
 class Gate(torch.nn.Module):
@@ -291,6 +293,38 @@ def test_peer_noise_is_silenced_failures_are_not(tmp_path: Path, capfd: pytest.C
         "(pip install -e '.[bench]')"
     )
     assert logging.getLogger("torch._dynamo").level != logging.ERROR  # put back afterwards
+
+
+def _sleeping(name: str, seconds: float) -> type[bench.Peer]:
+    class Sleeping(bench.Peer):
+        def prepare(self, context: bench.ModelContext) -> None:
+            self.model = context.model
+
+        def run(self, inputs: tuple) -> torch.Tensor:
+            time.sleep(seconds)
+            return self.model(*inputs)
+
+    Sleeping.name = name
+    return Sleeping
+
+
+def test_a_fast_candidate_is_called_until_its_turn_has_run(tmp_path: Path) -> None:
+    """A round's median of a fast model is over more calls than `repeat`: as many as run `turn_ms`
+    (split over the samples), the slow one's stays at `repeat`; the report says how many."""
+    report = bench.benchmark(
+        [bench.ModelEntry("gate", make_gate, SAMPLES)],
+        tmp_path,
+        rounds=2,
+        repeat=2,
+        turn_ms=40.0,
+        candidates=[_sleeping("quick", 0.001), _sleeping("slow", 0.03)],
+    )
+    results = _by_name(report)
+    for name, least, most in (("quick", 5, 20), ("slow", 2, 2), ("eager", 2, MAX_CALLS)):
+        counts = [len(calls) for rounds in results[name].call_ms for calls in rounds]
+        assert len(counts) == 2 * len(SAMPLES) and all(least <= count <= most for count in counts), (name, counts)
+    assert report.settings["turn_ms"] == 40.0
+    assert "median of at least 2 calls (more until they run 40 ms)" in (tmp_path / "report.md").read_text()
 
 
 def test_package_has_no_import_cycle() -> None:

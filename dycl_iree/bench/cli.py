@@ -21,6 +21,7 @@ from .micro import micro_benchmark, render_micro
 from .models import select_entries
 from .progress import console_progress
 from .report import render_markdown
+from .timing import TURN_MS
 
 
 def _split_commas(values: list[str] | None) -> list[str] | None:
@@ -50,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls per sample first (default 1)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed calls per sample per round (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="least timed calls per sample per round (default 3)")
+    parser.add_argument(
+        "--turn-ms",
+        type=float,
+        default=TURN_MS,
+        help=f"a fast model's calls per round run at least this long, split over its samples (default {TURN_MS:g})",
+    )
     parser.add_argument("--threads", type=int, default=2, help="threads per candidate (default 2)")
     parser.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     parser.add_argument(
@@ -97,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             candidates=candidates,
             threads=arguments.threads,
             repeat=arguments.repeat,
+            turn_ms=arguments.turn_ms,
             progress=console_progress(),
             device=arguments.device,
         )

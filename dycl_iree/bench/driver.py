@@ -39,7 +39,7 @@ from .progress import LogProgress, Progress
 from .quiet import quiet_peers
 from .report import write_report
 from .results import CandidateResult, ModelResult, Report, geometric_means, summarize
-from .timing import Timed, time_rounds
+from .timing import TURN_MS, Timed, time_rounds
 
 
 def benchmark(
@@ -52,13 +52,15 @@ def benchmark(
     repeat: int = 3,
     progress: Progress | None = None,
     device: str = "cpu",
+    turn_ms: float = TURN_MS,
 ) -> Report:
     """Benchmark every candidate on every model and write report.md, results.json, speedups.png.
 
     All candidates run in this process on the same samples with `threads` threads each (torch's
     intra-op pool, onnxruntime's intra-op pool, IREE local-task's workers), alternating round-robin
     over `rounds` rounds after `warmup` untimed calls per sample; in each round a candidate calls
-    every sample `repeat` times and keeps the median. `candidates` takes names, group names and
+    every sample `repeat` times, a fast one more until its calls have run `turn_ms`, and keeps the
+    median. `candidates` takes names, group names and
     Peer classes (None: every built-in peer). Progress goes to `progress` (default: the
     `dycl_iree.bench` logger). A candidate that cannot run on `device` is reported as failed.
     """
@@ -80,7 +82,9 @@ def benchmark(
                 label = f"[{index}/{len(entries)}] {entry.name}"
                 folder = out / "artifacts" / entry.name
                 models.append(
-                    benchmark_model(entry, folder, chosen, rounds, warmup, threads, repeat, progress, label, device)
+                    benchmark_model(
+                        entry, folder, chosen, rounds, warmup, threads, repeat, progress, label, device, turn_ms
+                    )
                 )
                 progress.advance()
     finally:
@@ -92,6 +96,7 @@ def benchmark(
             "rounds": rounds,
             "warmup": warmup,
             "repeat": repeat,
+            "turn_ms": turn_ms,
             "threads": threads,
             "device": device,
             **(
@@ -122,6 +127,7 @@ def benchmark_model(
     progress: Progress | None = None,
     label: str | None = None,
     device: str = "cpu",
+    turn_ms: float = TURN_MS,
 ) -> ModelResult:
     """Prepare, check and time every candidate on one model (see `benchmark`); eager comes first."""
     progress = progress or Progress()
@@ -146,7 +152,7 @@ def benchmark_model(
     def on_round(index: int) -> None:
         progress.step(f"{label}: timing round {index + 1}/{rounds} ({_count(len(timed), 'candidate')})")
 
-    time_rounds(timed, rounds, repeat, on_round)
+    time_rounds(timed, rounds, repeat, on_round, turn_ms)
     for item in timed:
         summarize(item.result)
     eager = results[0]

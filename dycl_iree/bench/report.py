@@ -68,6 +68,17 @@ def _speedup_cell(result: CandidateResult) -> str:
     return f"{result.speedup:.2f}x" if result.speedup else "-"
 
 
+def _calls(settings: dict) -> str:
+    """How many calls a round's median is of, as the settings say (`timing.time_turn`).
+
+    >>> _calls({"repeat": 3, "turn_ms": 100.0}), _calls({"repeat": 3})
+    ('at least 3 calls (more until they run 100 ms)', '3 calls')
+    """
+    if not settings.get("turn_ms"):
+        return f"{settings['repeat']} calls"
+    return f"at least {settings['repeat']} calls (more until they run {settings['turn_ms']:g} ms)"
+
+
 def render_markdown(report: Report) -> str:
     """The report as markdown: settings, a table per model, then the geometric means."""
     settings = report.settings
@@ -78,7 +89,7 @@ def render_markdown(report: Report) -> str:
         (
             f"{settings['rounds']} rounds after {settings['warmup']} warmup call(s) per sample, "
             f"{settings['threads']} threads per candidate, candidates alternating round-robin in one "
-            f"process. Latency: per round, each sample's median of {settings['repeat']} calls, averaged "
+            f"process. Latency: per round, each sample's median of {_calls(settings)}, averaged "
             "over the model's samples; the median over rounds, (min-max) in brackets. "
             "Speedup: eager's median / the candidate's. "
             "Matches: outputs equal to eager on every sample by `dycl_iree verify`'s rule (floats within "

@@ -35,7 +35,7 @@ class CandidateResult:
     speedup: float | None = None
     note: str = ""
     round_ms: list[float] = field(default_factory=list)
-    call_ms: list[list[list[float]]] = field(default_factory=list)  # [sample][round][repeat]
+    call_ms: list[list[list[float]]] = field(default_factory=list)  # [sample][round][call]
 
     @property
     def status(self) -> str:
