@@ -32,7 +32,7 @@ TURN_MS = 100.0
 """How long a turn's timed calls of one model run at least (`time_turn`), split over its samples:
 a median of 3 calls of MobileNetV2 at 224x224 (7-8 ms) moved its ratio to ONNX Runtime between 1.02
 and 1.18 from run to run on a shared 2-core machine, where one stall in two of the three calls
-sets the median; 100 ms gives such a model 12-15 calls a turn and leaves the slow ones at `repeat`."""
+sets the median; 100 ms gives such a model 10-15 calls a turn and leaves the slow ones at `repeat`."""
 
 MAX_CALLS = 64
 """The most timed calls of one sample in one turn (a model of microseconds stops here)."""
