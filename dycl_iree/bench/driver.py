@@ -60,9 +60,9 @@ def benchmark(
     intra-op pool, onnxruntime's intra-op pool, IREE local-task's workers), alternating round-robin
     over `rounds` rounds after `warmup` untimed calls per sample; in each round a candidate calls
     every sample `repeat` times, a fast one more until its calls have run `turn_ms`, and keeps the
-    median. `candidates` takes names, group names and
-    Peer classes (None: every built-in peer). Progress goes to `progress` (default: the
-    `dycl_iree.bench` logger). A candidate that cannot run on `device` is reported as failed.
+    median. `candidates` takes names, group names and Peer classes (None: every built-in peer).
+    Progress goes to `progress` (default: the `dycl_iree.bench` logger). A candidate that cannot
+    run on `device` is reported as failed.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
