@@ -310,21 +310,22 @@ def _sleeping(name: str, seconds: float) -> type[bench.Peer]:
 
 def test_a_fast_candidate_is_called_until_its_turn_has_run(tmp_path: Path) -> None:
     """A round's median of a fast model is over more calls than `repeat`: as many as run `turn_ms`
-    (split over the samples), the slow one's stays at `repeat`; the report says how many."""
+    (split over the samples, at most MAX_CALLS), the slow one's stays at `repeat`; the report says
+    how many. (The bounds hold however long a loaded machine makes each sleep.)"""
     report = bench.benchmark(
         [bench.ModelEntry("gate", make_gate, SAMPLES)],
         tmp_path,
         rounds=2,
         repeat=2,
-        turn_ms=40.0,
-        candidates=[_sleeping("quick", 0.001), _sleeping("slow", 0.03)],
+        turn_ms=200.0,
+        candidates=[_sleeping("quick", 0.001), _sleeping("slow", 0.05)],
     )
     results = _by_name(report)
-    for name, least, most in (("quick", 5, 20), ("slow", 2, 2), ("eager", 2, MAX_CALLS)):
+    for name, least, most in (("quick", 3, MAX_CALLS), ("slow", 2, 2), ("eager", 3, MAX_CALLS)):
         counts = [len(calls) for rounds in results[name].call_ms for calls in rounds]
         assert len(counts) == 2 * len(SAMPLES) and all(least <= count <= most for count in counts), (name, counts)
-    assert report.settings["turn_ms"] == 40.0
-    assert "median of at least 2 calls (more until they run 40 ms)" in (tmp_path / "report.md").read_text()
+    assert report.settings["turn_ms"] == 200.0
+    assert "median of at least 2 calls (more until they run 200 ms)" in (tmp_path / "report.md").read_text()
 
 
 def test_package_has_no_import_cycle() -> None:
