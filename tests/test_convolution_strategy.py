@@ -484,9 +484,11 @@ def test_stem_writes_the_padded_input_of_the_depthwise_convolution_and_matches_p
 
 class BandedBlocks(nn.Module):
     """MobileNetV2's inverted residuals at 56x56 (an expansion to 48 channels, ReLU6, a depthwise
-    convolution of stride 1 with the residual, or of stride 2), one on each side of a branch."""
+    convolution of stride 1 with the residual, or of stride 2), one on each side of a branch; the
+    depthwise convolutions followed by ReLU6 as in MobileNetV2, or (`activated=False`) by their
+    batch norm only, as in MobileNeXt's and EfficientNet's linear bottlenecks."""
 
-    def __init__(self) -> None:
+    def __init__(self, activated: bool = True) -> None:
         super().__init__()
 
         def unit(conv: nn.Conv2d, activated: bool = True) -> nn.Sequential:
@@ -496,10 +498,10 @@ class BandedBlocks(nn.Module):
             return nn.Sequential(conv, norm, *([nn.ReLU6()] if activated else []))
 
         self.expand = unit(nn.Conv2d(8, 48, 1, bias=False))
-        self.depthwise = unit(nn.Conv2d(48, 48, 3, 1, 1, groups=48, bias=False))
+        self.depthwise = unit(nn.Conv2d(48, 48, 3, 1, 1, groups=48, bias=False), activated)
         self.project = unit(nn.Conv2d(48, 8, 1, bias=False), activated=False)
         self.expand_strided = unit(nn.Conv2d(8, 48, 1, bias=False))
-        self.strided = unit(nn.Conv2d(48, 48, 3, 2, 1, groups=48, bias=False))
+        self.strided = unit(nn.Conv2d(48, 48, 3, 2, 1, groups=48, bias=False), activated)
         self.project_strided = unit(nn.Conv2d(48, 16, 1, bias=False), activated=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -508,14 +510,16 @@ class BandedBlocks(nn.Module):
         return x + self.project(self.depthwise(self.expand(x)))
 
 
+@pytest.mark.parametrize("activated", [True, False], ids=["relu6", "linear"])
 def test_expansions_larger_than_the_budget_run_in_bands_written_in_place_and_match_pytorch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, activated: bool
 ) -> None:
     """With a budget of 128 KiB (`padded_expansion.BAND_BYTES`) from 512 KiB (`BANDED_FROM`), both
     blocks' expansions (58x58x48 padded, 646 KB) run in bands: stride 1 in 7 bands of 8 output
     rows, stride 2 in 6 of 5 (the last 3). IREE writes each band's taps into its rows of one buffer
     (no copy of a band, no copy dispatch) and runs one expansion per band. Both hosts match PyTorch
-    on each side of the branch."""
+    on each side of the branch, with an activation after the depthwise convolutions or without
+    (`lower._segment_graph` takes the bands either way)."""
     from dycl_iree import padded_expansion
     from tests.test_data_tiling import _compiled
 
@@ -523,7 +527,7 @@ def test_expansions_larger_than_the_budget_run_in_bands_written_in_place_and_mat
     monkeypatch.setattr(padded_expansion, "BAND_BYTES", 128 * 1024)
     monkeypatch.setattr(padded_expansion, "BANDED_FROM", 512 * 1024)
     torch.manual_seed(0)
-    model = BandedBlocks().eval()
+    model = BandedBlocks(activated).eval()
     example = torch.randn(1, 8, 56, 56)
     stream = _compiled(model, (example,), "stream")
     assert "slow_memcpy" not in stream and "stream.cmd.copy" not in stream
