@@ -103,10 +103,12 @@ def time_turn(item: Timed, repeat: int, turn_ms: float = 0.0) -> None:
         run(item.samples[0])
         for index, sample in enumerate(item.samples):
             times: list[float] = []
-            while len(times) < repeat or (sum(times) < share_ms and len(times) < MAX_CALLS):
+            spent_ms = 0.0
+            while len(times) < repeat or (spent_ms < share_ms and len(times) < MAX_CALLS):
                 start_ns = time.perf_counter_ns()
                 run(sample)
                 times.append((time.perf_counter_ns() - start_ns) / 1e6)
+                spent_ms += times[-1]
             result.call_ms[index].append(times)
     except Exception as exc:  # reported as the candidate's failure
         result.error = f"run: {first_line(exc)}"
