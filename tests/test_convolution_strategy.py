@@ -486,7 +486,7 @@ class BandedBlocks(nn.Module):
     """MobileNetV2's inverted residuals at 56x56 (an expansion to 48 channels, ReLU6, a depthwise
     convolution of stride 1 with the residual, or of stride 2), one on each side of a branch; the
     depthwise convolutions followed by ReLU6 as in MobileNetV2, or (`activated=False`) by their
-    batch norm only, as in MobileNeXt's and EfficientNet's linear bottlenecks."""
+    batch norm only, as MobileNeXt's sandglass block ends (expansion, ReLU6, linear depthwise)."""
 
     def __init__(self, activated: bool = True) -> None:
         super().__init__()
