@@ -128,6 +128,28 @@ def test_traced_model_is_reported_wrong(gate_run: tuple[bench.Report, Path]) -> 
     assert report.geomean["torch-jit-trace"]["models"] == 0
 
 
+def test_candidates_are_given_against_onnxruntime(gate_run: tuple[bench.Report, Path]) -> None:
+    report, out = gate_run
+    results = _by_name(report)
+    rival, scripted = results["onnxruntime"], results["torchscript"]
+    assert rival.latency_ms and scripted.latency_ms
+    assert scripted.against_onnxruntime == pytest.approx(rival.latency_ms / scripted.latency_ms)
+    assert rival.against_onnxruntime == pytest.approx(1.0)
+    # A wrong answer is no comparison; the column's cells say which is which.
+    assert results["torch-jit-trace"].against_onnxruntime is None
+    rows: dict[str, list[str]] = {}  # the model's table, before the geometric means' (also "| candidate |")
+    for line in (out / "report.md").read_text().splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line.split("|"))
+    assert rows["candidate"][4].strip() == "vs ONNX Runtime (min-max)"
+    low, high = (float(x) for x in rows["torchscript"][4].split("(")[1].rstrip(") ").split("-"))
+    assert rows["torchscript"][4].strip().startswith(f"{scripted.against_onnxruntime:.2f}x (")
+    assert low <= scripted.against_onnxruntime + 0.005 and scripted.against_onnxruntime - 0.005 <= high
+    assert (rows["onnxruntime"][4].strip(), rows["torch-jit-trace"][4].strip()) == ("reference", "WRONG")
+    raw = json.loads((out / "results.json").read_text())
+    assert raw["models"][0]["candidates"][1]["against_onnxruntime"] == scripted.against_onnxruntime
+
+
 def test_compare_outputs() -> None:
     actual = [np.ones(2, np.float32), np.int64(3), np.bool_(True)]
     assert bench.compare_outputs((torch.ones(2), 3, True), actual) is None

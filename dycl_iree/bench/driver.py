@@ -38,7 +38,7 @@ from .peers.base import ModelContext, Peer, torch_call
 from .progress import LogProgress, Progress
 from .quiet import quiet_peers
 from .report import write_report
-from .results import CandidateResult, ModelResult, Report, geometric_means, summarize
+from .results import ONNXRUNTIME, CandidateResult, ModelResult, Report, against, geometric_means, summarize
 from .timing import TURN_MS, Timed, time_rounds
 
 
@@ -156,9 +156,12 @@ def benchmark_model(
     for item in timed:
         summarize(item.result)
     eager = results[0]
+    rival = next((result for result in results if result.candidate == ONNXRUNTIME), None)
     for result in results:
         if result.latency_ms and eager.latency_ms:
             result.speedup = eager.latency_ms / result.latency_ms
+        if rival is not None:
+            result.against_onnxruntime = against(rival, result)
     progress.done(f"{label}: done in {time.perf_counter() - started:.0f} s; {_summary(results)}")
     return ModelResult(entry.name, len(samples), results)
 
@@ -246,7 +249,10 @@ def _summary(results: list[CandidateResult]) -> str:
     parts = []
     if ok:
         best = min(ok, key=lambda r: r.latency_ms or 0.0)
-        speedup = f" ({best.speedup:.2f}x eager)" if best.speedup else ""
+        ratios = [f"{best.speedup:.2f}x eager"] if best.speedup else []
+        if best.against_onnxruntime and best.candidate != ONNXRUNTIME:
+            ratios.append(f"{best.against_onnxruntime:.2f}x ONNX Runtime")
+        speedup = f" ({', '.join(ratios)})" if ratios else ""
         parts.append(f"fastest {best.candidate} {best.latency_ms:.3f} ms{speedup}")
     failed = sum(r.status == "failed" for r in results)
     wrong = sum(r.status == "WRONG" for r in results)

@@ -33,6 +33,7 @@ from .peers.base import ModelContext, remove, torch_call
 from .peers.dycl import DRIVERS, HOSTS, dycl_module
 from .peers.iree_config import limit_iree_threads
 from .report import cell
+from .results import ONNXRUNTIME
 
 
 class Decide(torch.nn.Module):
@@ -89,9 +90,6 @@ def _micro_callables(
         run = dycl.load(str(_bundle_path(folder, model)), device=driver, host=host)
         runs.append(lambda inputs, run=run: run(*inputs))
     return runs[0], runs[1], lambda x: (x.numpy(),)
-
-
-ONNXRUNTIME = "onnxruntime"
 
 
 def _onnxruntime_callables(

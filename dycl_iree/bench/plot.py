@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .machine import busy_note
-from .results import CandidateResult, Report
+from .results import CandidateResult, Report, round_spread
 
 
 def _times(speedup: float) -> str:
@@ -26,14 +26,8 @@ def _times(speedup: float) -> str:
 
 
 def _spread(result: CandidateResult, eager: CandidateResult | None) -> tuple[float, float] | None:
-    """Lowest and highest per-round speedup, widened to include the bar's own value (the ratio of
-    medians need not be one of the rounds' ratios); None without paired rounds."""
-    if eager is None or not result.round_ms or len(result.round_ms) != len(eager.round_ms) or not result.speedup:
-        return None
-    ratios = [base / mine for base, mine in zip(eager.round_ms, result.round_ms) if mine > 0]
-    if not ratios:
-        return None
-    return min([*ratios, result.speedup]), max([*ratios, result.speedup])
+    """Lowest and highest per-round speedup over eager, widened to include the bar's own value."""
+    return None if eager is None else round_spread(result, eager, result.speedup)
 
 
 def plot_speedups(report: Report, path: Path) -> None:

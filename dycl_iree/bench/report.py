@@ -1,8 +1,9 @@
 """Writing a benchmark's results: `report.md`, `results.json` and `speedups.png` in one folder.
 
 `report.md` has the settings and environment, one table per model (latency with its spread,
-speedup over eager, whether the outputs matched, export time, artifact size), notes under each
-table, and the geometric means. `results.json` is every raw number (`Report.to_json`).
+speedup over eager, speed against ONNX Runtime where it is a candidate, whether the outputs
+matched, export time, artifact size), notes under each table, and the geometric means.
+`results.json` is every raw number (`Report.to_json`).
 
 Example:
     >>> print(_size(1536))
@@ -17,7 +18,7 @@ from pathlib import Path
 from .errors import first_line
 from .machine import busy_note
 from .plot import plot_speedups
-from .results import CandidateResult, Report
+from .results import ONNXRUNTIME, CandidateResult, Report, round_spread
 
 
 def write_report(report: Report, out_dir: Path) -> None:
@@ -68,6 +69,25 @@ def _speedup_cell(result: CandidateResult) -> str:
     return f"{result.speedup:.2f}x" if result.speedup else "-"
 
 
+def _against_cell(result: CandidateResult, rival: CandidateResult | None) -> str:
+    """ONNX Runtime's median / the candidate's, with the same ratio's spread over rounds.
+
+    >>> rival = CandidateResult("onnxruntime", latency_ms=7.5, round_ms=[7.5, 9.0, 7.0])
+    >>> ours = CandidateResult("ours", latency_ms=6.0, round_ms=[6.0, 6.0, 7.0], against_onnxruntime=1.25)
+    >>> _against_cell(ours, rival), _against_cell(rival, rival)
+    ('1.25x (1.00-1.50)', 'reference')
+    """
+    if result.candidate == ONNXRUNTIME:
+        return "reference" if result.status == "ok" else "-"
+    if result.status == "WRONG":
+        return "WRONG"
+    if rival is None or not result.against_onnxruntime:
+        return "-"
+    spread = round_spread(result, rival, result.against_onnxruntime)
+    ranged = f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
+    return f"{result.against_onnxruntime:.2f}x{ranged}"
+
+
 def _calls(settings: dict) -> str:
     """How many calls a round's median is of, as the settings say (`timing.time_turn`).
 
@@ -83,6 +103,13 @@ def render_markdown(report: Report) -> str:
     """The report as markdown: settings, a table per model, then the geometric means."""
     settings = report.settings
     environment = report.environment
+    compared = ONNXRUNTIME in settings["candidates"]
+    against_text = (
+        "Vs ONNX Runtime: its median / the candidate's (above 1: faster than ONNX Runtime), (min-max) "
+        "of the same ratio per round. "
+        if compared
+        else ""
+    )
     lines = [
         "# dycl_iree benchmark",
         "",
@@ -91,7 +118,7 @@ def render_markdown(report: Report) -> str:
             f"{settings['threads']} threads per candidate, candidates alternating round-robin in one "
             f"process. Latency: per round, each sample's median of {_calls(settings)}, averaged "
             "over the model's samples; the median over rounds, (min-max) in brackets. "
-            "Speedup: eager's median / the candidate's. "
+            f"Speedup: eager's median / the candidate's. {against_text}"
             "Matches: outputs equal to eager on every sample by `dycl_iree verify`'s rule (floats within "
             f"atol {settings['float_atol']} + rtol {settings['float_rtol']} x the output's largest "
             "magnitude, or no further from the float64 result than eager's own; ints, bools and shapes "
@@ -111,9 +138,12 @@ def render_markdown(report: Report) -> str:
         if model.error:
             lines += [f"Model failed to build: {cell(model.error)}", ""]
             continue
+        rival = next((r for r in model.candidates if r.candidate == ONNXRUNTIME), None)
+        against = " vs ONNX Runtime (min-max) |" if compared else ""
         lines += [
-            "| candidate | latency ms median (min-max) | speedup vs eager | matches eager? | export s | size |",
-            "|---|---|---|---|---|---|",
+            f"| candidate | latency ms median (min-max) | speedup vs eager |{against} matches eager? "
+            "| export s | size |",
+            "|---|---|---|" + ("---|" if compared else "") + "---|---|---|",
         ]
         for result in model.candidates:
             latency = (
@@ -122,8 +152,9 @@ def render_markdown(report: Report) -> str:
                 else "-"
             )
             export = f"{result.export_s:.2f}" if result.export_s is not None else "-"
+            vs = f" {_against_cell(result, rival)} |" if compared else ""
             lines.append(
-                f"| {result.candidate} | {latency} | {_speedup_cell(result)} | {cell(_verdict(result), 120)} "
+                f"| {result.candidate} | {latency} | {_speedup_cell(result)} |{vs} {cell(_verdict(result), 120)} "
                 f"| {export} | {_size(result.size_bytes)} |"
             )
         # A verdict too long for its cell is given in full under the table.

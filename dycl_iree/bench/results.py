@@ -17,6 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+ONNXRUNTIME = "onnxruntime"
+"""The peer every candidate's latency is also given against (`against`): the one that runs the
+same exported graphs on the same CPUs, and the one an edge deployment would pick instead."""
+
 
 @dataclass
 class CandidateResult:
@@ -33,6 +37,7 @@ class CandidateResult:
     latency_min_ms: float | None = None
     latency_max_ms: float | None = None
     speedup: float | None = None
+    against_onnxruntime: float | None = None  # ONNX Runtime's latency / this candidate's, same run
     note: str = ""
     round_ms: list[float] = field(default_factory=list)
     call_ms: list[list[list[float]]] = field(default_factory=list)  # [sample][round][call]
@@ -82,6 +87,38 @@ def summarize(result: CandidateResult) -> None:
     result.latency_ms = statistics.median(result.round_ms)
     result.latency_min_ms = min(result.round_ms)
     result.latency_max_ms = max(result.round_ms)
+
+
+def against(reference: CandidateResult, result: CandidateResult) -> float | None:
+    """`reference`'s latency / `result`'s: how many times faster `result` ran in the same run; None
+    unless both ran and matched eager (a wrong answer's speed is no comparison).
+
+    >>> against(CandidateResult("onnxruntime", latency_ms=7.5), CandidateResult("ours", latency_ms=6.0))
+    1.25
+    """
+    if reference.status != "ok" or result.status != "ok" or not reference.latency_ms or not result.latency_ms:
+        return None
+    return reference.latency_ms / result.latency_ms
+
+
+def round_spread(
+    result: CandidateResult, reference: CandidateResult, ratio: float | None
+) -> tuple[float, float] | None:
+    """Lowest and highest per-round `reference` time / `result` time (the candidates alternate
+    within a round, so a round's ratio is measured under the same conditions), widened to include
+    `ratio`, the ratio of the medians, which need not be one of the rounds'; None without paired
+    rounds.
+
+    >>> fast = CandidateResult("fast", round_ms=[1.0, 2.0, 1.0])
+    >>> round_spread(fast, CandidateResult("eager", round_ms=[3.0, 4.0, 3.5]), 3.5)
+    (2.0, 3.5)
+    """
+    if not ratio or not result.round_ms or len(result.round_ms) != len(reference.round_ms):
+        return None
+    ratios = [base / mine for base, mine in zip(reference.round_ms, result.round_ms) if mine > 0]
+    if not ratios:
+        return None
+    return min([*ratios, ratio]), max([*ratios, ratio])
 
 
 def geometric_means(models: Sequence[ModelResult], candidate_names: Sequence[str]) -> dict[str, dict[str, Any]]:
