@@ -103,7 +103,7 @@ def render_markdown(report: Report) -> str:
     """The report as markdown: settings, a table per model, then the geometric means."""
     settings = report.settings
     environment = report.environment
-    compared = ONNXRUNTIME in settings["candidates"]
+    compared = ONNXRUNTIME in settings.get("candidates", {})
     against_text = (
         "Vs ONNX Runtime: its median / the candidate's (above 1: faster than ONNX Runtime), (min-max) "
         "of the same ratio per round. "
