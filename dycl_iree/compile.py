@@ -271,7 +271,8 @@ def compile_module(
     """Compile torch-dialect MLIR bytecode for `target` (with `extra_flags` after the target's own);
     reuse a cached vmfb when there is one. With `check_branches` (a compiled host whose `main`
     branches) the new vmfb's VM code is read for overlapping register moves before it is cached
-    (`vm_remaps.check`, which raises OverlapError), so a cached one was read once, when it was made.
+    (`vm_remaps.checked`: their order repaired where it can be, else OverlapError), so a cached one
+    was read once, when it was made.
     With `hoist_packing` (a `main` that keeps its loops or branches as regions), the weights its
     regions data-tile are packed once, at load (`packing_hoist`)."""
     import iree.compiler as iree_compiler
@@ -304,7 +305,7 @@ def compile_module(
         failure.diagnostic = describe_failure(output)  # the one line a fallback's reason quotes
         raise failure from error
     if check_branches:
-        vm_remaps.check(vmfb, target)
+        vmfb = vm_remaps.checked(vmfb, target)
     if use_cache:
         cache.write(name, vmfb)
     return vmfb
