@@ -1046,3 +1046,52 @@ def test_ranges_known_at_export_leave_no_dispatch_outside_an_execution_region(tm
     decisions = {name: set(counts) for name, counts in python.decisions.items()}
     assert decisions["if0"] == {True, False}, decisions  # the outer `if`
     assert sum(sides == {True, False} for sides in decisions.values()) >= 3, decisions  # and two inner ones
+
+
+class _TokensReturnedFromNestedLoops(nn.Module):
+    """A `List[int]` that starts empty, returned from inside two nested loops (fuzzer seed 130114, cut
+    down): every call of the compiled host raised OUT_OF_RANGE ("offset=128, adjusted_length=8, ...
+    buffer byte_length=128"). The empty list was a slice of an empty literal, whose size IREE knew to
+    be 0 and kept: the tokens were copied past the end of a buffer sized for the other results alone."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        tokens: List[int] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        steps = 0
+        if float(h.sum()) < 0.0:
+            steps = 1
+        else:
+            tokens.append(int(h.argmax()))
+        for _ in range(n):
+            h = F.log_softmax(h, 1) * 0.5
+            for _ in range(1):
+                tokens.append(int(h.argmax()))
+                if not (float(h[0, 1]) > -0.878872):
+                    return h, tokens, steps, True
+        if not (int(h.argmax()) > 3):
+            for _ in range(n):
+                steps += 1
+                h = torch.softmax(h, 1) * 2.0 - 0.5
+                tokens.append(int(h.argmax()))
+                if float(torch.softmax(h, 1).max()) > 0.174421:
+                    break
+        return h, tokens, steps, False
+
+
+def test_a_list_returned_from_nested_loops_that_started_empty(tmp_path) -> None:
+    from tests.conftest import check_hosts, export_compiled
+
+    generator = torch.Generator().manual_seed(0)
+    example = (torch.randn(2, 6, generator=generator), 4)
+    _, scripted, compiled, python = export_compiled(tmp_path, _TokensReturnedFromNestedLoops(), example, "tokens")
+    returned, lengths = set(), set()
+    for scale, n in ((0.2, 0), (0.2, 4), (1.0, 2), (3.0, 4), (3.0, 1), (-1.0, 3), (-1.0, 0), (0.05, 5)):
+        x = torch.randn(2, 6, generator=generator) * abs(scale)
+        x = x - 1.0 if scale < 0 else x  # a negative sum: the first `if`'s other side
+        _, tokens, _, early = check_hosts(scripted, (compiled, python), (x, n))
+        returned.add(early)
+        lengths.add(len(tokens))
+    assert returned == {True, False}, returned  # the return inside the loops, and the end of forward
+    assert 0 in lengths and len(lengths) > 2, lengths  # the list left empty, and grown to several lengths
+    decisions = {name: set(counts) for name, counts in python.decisions.items()}
+    assert sum(sides == {True, False} for sides in decisions.values()) >= 3, decisions

@@ -237,16 +237,29 @@ class ScalarLists:
         op value set has 0 dynamic dimensions but only 1 dimension values are attached").
         """
         list_type, item_type, _ = _ELEMENTS[element]
-        dtype = _DTYPES[list_type][1]
-        built = self.fresh()
         if not items:
-            empty = self.fresh()
-            self.emit(f"{empty} = torch.vtensor.literal(dense<> : tensor<0x{dtype}>) : !torch.vtensor<[0],{dtype}>")
-            self.emit(f"{built} = torch.tensor_static_info_cast {empty} : !torch.vtensor<[0],{dtype}> to {list_type}")
-        else:
-            rows = [self.element_row(item, element) for item in items]
-            self.concatenate(rows, [item_type.replace("[]", "[1]")] * len(rows), built, list_type)
+            self.empty_list(list_type, result)
+            return
+        built = self.fresh()
+        rows = [self.element_row(item, element) for item in items]
+        self.concatenate(rows, [item_type.replace("[]", "[1]")] * len(rows), built, list_type)
         self.of_unknown_length(built, list_type, len(items), result, list_type)
+
+    def empty_list(self, list_type: str, result: str) -> None:
+        """`result` = an empty list, made by `zeros` of a length behind a barrier. Not a slice of an
+        empty literal: IREE clamps such a slice to the literal's known size, 0, and kept that size
+        for the buffers of the values it flows into: a list returned from inside nested loops, where
+        the path that did not return passed such an empty list on, was copied into a packed buffer
+        sized as if the list were empty (OUT_OF_RANGE at every call; README, "Known traps")."""
+        dtype = _DTYPES[list_type][0]
+        sizes, code, none = self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{sizes} = torch.prim.ListConstruct {self.opaque_int(0)} : (!torch.int) -> !torch.list<int>")
+        self.emit(f"{code} = torch.constant.int {DTYPE_CODES[dtype]}")
+        self.emit(f"{none} = torch.constant.none")
+        self.emit(
+            f"{result} = torch.aten.zeros {sizes}, {code}, {none}, {none}, {none} : "
+            f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {list_type}"
+        )
 
     def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str, list_type: str) -> None:
         """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
