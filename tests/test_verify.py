@@ -77,3 +77,17 @@ def test_float_outputs_are_judged_against_float64_within_pytorchs_own_error() ->
     # Three times PyTorch's error is not rounding any more.
     worse = (exact + 3 * (pytorch.double() - exact)).float().numpy()
     assert not compare(worse, pytorch, [], exact=lambda: exact)
+
+
+def test_a_float64_run_down_another_path_vouches_for_nothing() -> None:
+    # Fuzzer seed 130101: the float64 run left a loop at another step, so its outputs were another
+    # structure (a dict without the key, so an int where the float32 run had a tensor) and compare
+    # raised AttributeError on the int. Such a run cannot excuse a float that misses; the exact
+    # figures above still can.
+    exact = torch.tensor([[0.13131561, -0.08526611, 0.02353119, -0.06958069]], dtype=torch.float64)
+    pytorch = torch.tensor([[0.13131778, -0.08526184, 0.02352421, -0.06958015]])
+    iree = np.array([[0.13131495, -0.08525881, 0.02352091, -0.06957705]], np.float32)
+    assert compare((iree, 3), (pytorch, 3), [], exact=lambda: (exact, 3))
+    assert not compare((iree, 3), (pytorch, 3), [], exact=lambda: (3, exact))  # another order of leaves
+    assert not compare((iree, 3), (pytorch, 3), [], exact=lambda: (exact[:, :2], 3))  # another shape
+    assert not compare((iree, 3), (pytorch, 3), [], exact=lambda: (exact, 3, exact))  # more leaves
