@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -1095,3 +1095,41 @@ def test_a_list_returned_from_nested_loops_that_started_empty(tmp_path) -> None:
     assert 0 in lengths and len(lengths) > 2, lengths  # the list left empty, and grown to several lengths
     decisions = {name: set(counts) for name, counts in python.decisions.items()}
     assert sum(sides == {True, False} for sides in decisions.values()) >= 3, decisions
+
+
+class _HostFloatAddedTwiceInNestedLoops(nn.Module):
+    """A host float (`float(n) * 0.1`) added to the state in two places of nested loops, with an
+    `.any().item()` read between them (fuzzer seed 130096, cut down): iree-compile rejected the
+    compiled host, "'stream.async.dispatch' op : streamable op expected to be in an execution region",
+    with the aggressive-fusion retry too, at a dispatch whose only operand was `n` (the float made a
+    0-d float32 tensor for the segments). Each such conversion now starts from a barrier of its own."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        st: Optional[torch.Tensor] = None  # noqa: UP045  (the spelling the fuzzer writes)
+        for _ in range(n):
+            for _ in range(2):
+                if (h > 3.19755).any().item():
+                    h = h + float(n) * 0.1
+                else:
+                    h = h - h.max() * 0.5
+                if st is None:
+                    st = h * 0.5
+                else:
+                    st = st * 0.5 + torch.tanh(h) * 0.5
+                h = h + st * 0.25
+                h = h + float(n) * 0.1
+        return h, st
+
+
+def test_a_host_float_added_in_two_places_of_nested_loops(tmp_path) -> None:
+    from tests.conftest import check_hosts, export_compiled
+
+    generator = torch.Generator().manual_seed(0)
+    example = (torch.randn(3, 8, generator=generator) * 2, 2)
+    model = _HostFloatAddedTwiceInNestedLoops()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "host_float")
+    for scale, n in ((2.0, 0), (2.0, 1), (2.0, 3), (0.5, 2), (4.0, 2)):
+        check_hosts(scripted, (compiled, python), (torch.randn(3, 8, generator=generator) * scale, n))
+    decisions = {name: set(counts) for name, counts in python.decisions.items()}
+    assert {True, False} in decisions.values(), decisions  # the `.any()` both ways

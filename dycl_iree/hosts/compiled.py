@@ -244,8 +244,15 @@ class _Emitter(CheckedCalls, ScalarLists, RunTimeEmpties, ControlFlowEmitter, Em
         elif have == "!torch.bool" and want == "!torch.int":
             self.emit(f"{result} = torch.aten.Int.bool {name} : !torch.bool -> !torch.int")
         elif have == "!torch.float" and want == "!torch.vtensor<[],f32>":
+            # The float through a barrier of its own: the same float made a 0-d tensor in two places
+            # of nested loops became one dispatch whose only operand was a scalar, which IREE 3.13
+            # left outside every execution region (fuzzer seed 130096; README, "Known traps").
+            # Converted on the host instead (`arith.truncf`), the VM code failed to legalize.
             wide = self.fresh()
-            self.emit(f"{wide} = torch.prim.NumToTensor.Scalar {name} : !torch.float -> !torch.vtensor<[],f64>")
+            self.emit(
+                f"{wide} = torch.prim.NumToTensor.Scalar {self.barrier(name, have)} : !torch.float -> "
+                "!torch.vtensor<[],f64>"
+            )
             code, false, none = self.fresh(), self.fresh(), self.fresh()
             self.emit(f"{code} = torch.constant.int 6")
             self.emit(f"{false} = torch.constant.bool false")
