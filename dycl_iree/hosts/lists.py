@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, TensorType, Value
 from .list_search import SEARCH_OPS
 from .types import DTYPE_CODES, FLOAT_LIST, INT64_MAX, INT_LIST, MLIR_DTYPE, CompiledHostUnsupported, mlir_type
 
@@ -246,20 +246,13 @@ class ScalarLists:
         self.of_unknown_length(built, list_type, len(items), result, list_type)
 
     def empty_list(self, list_type: str, result: str) -> None:
-        """`result` = an empty list, made by `zeros` of a length behind a barrier. Not a slice of an
-        empty literal: IREE clamps such a slice to the literal's known size, 0, and kept that size
-        for the buffers of the values it flows into: a list returned from inside nested loops, where
-        the path that did not return passed such an empty list on, was copied into a packed buffer
-        sized as if the list were empty (OUT_OF_RANGE at every call; README, "Known traps")."""
-        dtype = _DTYPES[list_type][0]
-        sizes, code, none = self.fresh(), self.fresh(), self.fresh()
-        self.emit(f"{sizes} = torch.prim.ListConstruct {self.opaque_int(0)} : (!torch.int) -> !torch.list<int>")
-        self.emit(f"{code} = torch.constant.int {DTYPE_CODES[dtype]}")
-        self.emit(f"{none} = torch.constant.none")
-        self.emit(
-            f"{result} = torch.aten.zeros {sizes}, {code}, {none}, {none}, {none} : "
-            f"!torch.list<int>, !torch.int, !torch.none, !torch.none, !torch.none -> {list_type}"
-        )
+        """`result` = an empty list: `zeros` of a length behind a barrier (`_Emitter.zeros`). Not a
+        slice of an empty literal: IREE clamps such a slice to the literal's known size, 0, and kept
+        that size for the buffers of the values it flows into: a list returned from inside nested
+        loops, where the path that did not return passed such an empty list on, was copied into a
+        packed buffer sized as if the list were empty (OUT_OF_RANGE at every call; README, "Known
+        traps")."""
+        self.zeros(TensorType(_DTYPES[list_type][0], (None,), (0,)), result)
 
     def of_unknown_length(self, tensor: str, type_text: str, length: int, result: str, list_type: str) -> None:
         """`result` = `tensor` (1-D, `length` long) sliced to a length that only the run time knows."""
