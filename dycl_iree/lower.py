@@ -45,6 +45,7 @@ from .decompositions import (
 )
 from .errors import UnsupportedOpError
 from .int_offsets import IntOffsets
+from .observed_calls import ObservedCalls
 from .one_trace import OVERRIDE, split_table
 from .padded_expansion import (
     Expansions,
@@ -68,6 +69,7 @@ class LoweredModule:
     context: Any
     signatures: dict[str, tuple[list[str], list[str]]]
     ties: list[SizeTie] = field(default_factory=list)  # for the host to check (`size_ties.py`)
+    observed: ObservedCalls | None = None  # what it was lowered with, to lower a segment again alike
 
 
 def lower(
@@ -76,11 +78,13 @@ def lower(
     only: Sequence[str] | None = None,
     exported: list[Any] | None = None,
     fold_ranges: bool = True,
+    observed: ObservedCalls | None = None,
 ) -> LoweredModule:
     """Import every segment of `program` (or those named in `only`) into one MLIR module; `exported`,
     if given, receives each segment's `ExportedProgram` (`explain_compile_error` reads its nodes).
     With `fold_ranges` (CPU targets only: `constant_ranges.py`) an arange of bounds known at export
-    is imported as its literal."""
+    is imported as its literal. A segment that fails to export at its hints is exported again at
+    its inputs in a run of the examples, where `observed` has them (`observed_calls.py`)."""
     from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_dialect
     from torch_mlir.extras.fx_importer import FxImporter
@@ -103,12 +107,22 @@ def lower(
     ties: list[SizeTie] = []
     with _EXPORT_LOCK, OVERRIDE.kept():
         _import_segments(
-            program, only, progress, importer, constants, offsets, decompositions, exported_programs, ties, fold_ranges
+            program,
+            only,
+            progress,
+            importer,
+            constants,
+            offsets,
+            decompositions,
+            exported_programs,
+            ties,
+            fold_ranges,
+            observed,
         )
     module = importer.module
     if exported is not None:
         exported.extend(exported_programs)
-    return LoweredModule(module, context, _signatures(module), ties)
+    return LoweredModule(module, context, _signatures(module), ties, observed)
 
 
 def _import_segments(
@@ -122,6 +136,7 @@ def _import_segments(
     exported_programs: list[Any],
     ties: list[SizeTie],
     fold_ranges: bool,
+    observed: ObservedCalls | None,
 ) -> None:
     for segment in program.segments:
         if only is not None and segment.name not in only:
@@ -132,7 +147,7 @@ def _import_segments(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exported = _export_segment(segment, constants, offsets, decompositions)
+                exported = _export_segment(segment, constants, offsets, decompositions, observed)
                 ties.extend(_refuse_specialized_dims(segment, exported))
                 importer.import_frozen_program(exported, func_name=segment.name)
                 exported_programs.append(exported)
@@ -159,7 +174,9 @@ def _function(module: Any, name: str) -> Any:
     return None
 
 
-def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any) -> Any:
+def _export_segment(
+    segment: Segment, constants: dict, offsets: IntOffsets, decompositions: Any, observed: ObservedCalls | None = None
+) -> Any:
     """The segment exported at its hints, or, where that export ties or fixes what the Program keeps
     apart, exported again at spread examples.
 
@@ -175,14 +192,31 @@ def _export_segment(segment: Segment, constants: dict, offsets: IntOffsets, deco
     The spread export assumes the size is not 1 (the segmenter's guard `end - start != 1`, which
     torch-mlir does not import, so it is not checked): the broadcast that guard comes from
     (`segment - segment.mean(0, keepdim=True)`) gives the same result for one row. Checking the
-    guards against the hints would therefore refuse the export that is right."""
+    guards against the hints would therefore refuse the export that is right.
+
+    Where the export at the hints fails, the segment is exported at its inputs in a run of the
+    examples (`observed_calls.py`), and the spread examples spread those; where that fails too, or
+    there is no such run, the first error stands."""
     graph_module, examples, dynamic = _segment_graph(segment, constants)
-    exported = _export(graph_module, examples, dynamic, decompositions)
+    base = None
+    try:
+        exported = _export(graph_module, examples, dynamic, decompositions)
+    except Exception as error:
+        base = observed.hints(segment) if observed is not None else None
+        if base is None:
+            raise
+        first_error = error
+    if base is not None:
+        graph_module, examples, dynamic = _segment_graph(segment, constants, base)
+        try:
+            exported = _export(graph_module, examples, dynamic, decompositions)
+        except Exception:
+            raise first_error from None
     if not _coincidences(segment, exported, offsets):
         return exported
     fixed_at_hints, left_dynamic = set(_fixed_results(segment, exported)), set()
     for int_example in (lambda hint: 2 * hint + 1, lambda hint: hint // 2):
-        hints = _spread_hints(segment, offsets, int_example)
+        hints = _spread_hints(segment, offsets, int_example, base)
         graph_module, examples, dynamic = _segment_graph(segment, constants, hints)
         try:
             spread = _export_once(graph_module, examples, dynamic, decompositions)
@@ -271,10 +305,14 @@ def _tied_by_the_host(segment: Segment, position: int, expression: Any, int_symb
 
 
 def _spread_hints(
-    segment: Segment, offsets: IntOffsets, int_example: Callable[[int], int] = lambda hint: 2 * hint + 1
+    segment: Segment,
+    offsets: IntOffsets,
+    int_example: Callable[[int], int] = lambda hint: 2 * hint + 1,
+    base: list | None = None,
 ) -> list:
-    """Each parameter's example spread from its hint h to 2h + 1 (a tensor's dynamic dims, an int),
-    except an int the host computes from an earlier one, which keeps that offset.
+    """Each parameter's example spread from its hint h (or its entry in `base` where that is not
+    None) to 2h + 1 (a tensor's dynamic dims, an int), except an int the host computes from an
+    earlier one, which keeps that offset.
 
     Spread the same way, the examples keep their order (a slice's bounds stay within its tensor),
     their differences are even (never the 1 that torch.export specializes), and specialize's meta
@@ -285,6 +323,9 @@ def _spread_hints(
     anchors: dict[int, int] = {}
     for position, param in enumerate(segment.params):
         type_ = param.type
+        known = base[position] if base is not None else None
+        if known is not None:
+            type_ = dataclasses.replace(type_, hint=known)
         if isinstance(type_, TensorType):
             hints.append(tuple(2 * h + 1 if size is None else h for h, size in zip(type_.hint, type_.shape)))
         elif isinstance(type_, ScalarType) and type_.kind != "float":
@@ -812,7 +853,9 @@ def _example_tensor(type_: TensorType) -> torch.Tensor:
     return torch.zeros(type_.hint, dtype=dtype)
 
 
-def explain_compile_error(program: Program, target: str, error: Exception) -> Exception:
+def explain_compile_error(
+    program: Program, target: str, error: Exception, observed: ObservedCalls | None = None
+) -> Exception:
     """Find the segment (and, where the message names it, the op) that iree-compile rejects.
 
     iree-compile reports errors at `<unknown>` locations for imported FX graphs, so compile the
@@ -823,7 +866,8 @@ def explain_compile_error(program: Program, target: str, error: Exception) -> Ex
 
     for segment in program.segments:
         exported: list[Any] = []
-        lowered = lower(program, only=[segment.name], exported=exported, fold_ranges=target.startswith("llvm-cpu"))
+        fold = target.startswith("llvm-cpu")
+        lowered = lower(program, only=[segment.name], exported=exported, fold_ranges=fold, observed=observed)
         try:
             compile_module(module_bytecode(lowered.module), target)
         except CompileError as segment_error:

@@ -45,6 +45,7 @@ from .hosts import (
     synthesize_python,
 )
 from .lower import LoweredModule, explain_compile_error, first_error_line, lower, module_bytecode
+from .observed_calls import ObservedCalls
 from .partition import partition
 from .program import Program
 from .program_check import check_definitions
@@ -136,7 +137,10 @@ def export(
             # A range as a literal is an i64 constant that Vulkan's i64 emulation cannot materialize
             # (`constant_ranges.py`): GPU targets keep the range's dispatch.
             cpu_only = all(target.startswith("llvm-cpu") for target in targets)
-            return program, stage("lower", lambda: lower(program, progress=lowering, fold_ranges=cpu_only))
+            observed = ObservedCalls(program, example_inputs)  # run only for a segment that needs it
+            return program, stage(
+                "lower", lambda: lower(program, progress=lowering, fold_ranges=cpu_only, observed=observed)
+            )
 
     try:
         program, lowered = typed_and_lowered(observe_ints=False)
@@ -188,7 +192,7 @@ def export(
         compiled = compile_all()
     except CompileError as error:
         if unsupported is not None:
-            raise explain_compile_error(program, targets[0], error) from error
+            raise explain_compile_error(program, targets[0], error, lowered.observed) from error
         failure = error
     if failure is not None and blocks and not isinstance(failure, vm_remaps.OverlapError):
         # blocks only speed the host up: its regions may compile where they fail
@@ -214,7 +218,7 @@ def export(
         try:
             compiled = compile_all()
         except CompileError as segment_error:
-            raise explain_compile_error(program, targets[0], segment_error) from segment_error
+            raise explain_compile_error(program, targets[0], segment_error, lowered.observed) from segment_error
 
     host = "compiled" if unsupported is None else "python"
     relative = relative_sources  # no path of this machine in the bundle (`sources`)

@@ -1133,3 +1133,57 @@ def test_a_host_float_added_in_two_places_of_nested_loops(tmp_path) -> None:
         check_hosts(scripted, (compiled, python), (torch.randn(3, 8, generator=generator) * scale, n))
     decisions = {name: set(counts) for name, counts in python.decisions.items()}
     assert {True, False} in decisions.values(), decisions  # the `.any()` both ways
+
+
+class _SummedOutputsOfRows(nn.Module):
+    """Rows of the batch concatenated from a per-row loop, then a loop that appends `softmax(h)` to a
+    list that starts empty and sums the list's items into `zeros_like(h)` (fuzzer seed 130116, as
+    generated). The list's join settled at 3 rows for 3 items, so an item was read with the example
+    length 2 against `h`'s 3 rows, and torch.export refused `total + item` ("The size of tensor a
+    (s64) must match the size of tensor b (s97)"): the export failed. That segment is now exported
+    at its inputs in a run of the examples (`observed_calls.py`)."""
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        outs: List[torch.Tensor] = []  # noqa: UP006  (the spelling the fuzzer writes)
+        c = 0
+        rows_1: List[torch.Tensor] = []  # noqa: UP006
+        for t_2 in range(h.size(0)):
+            r_3 = h[t_2]
+            r_3 = r_3 - r_3.max() * 0.5
+            r_3 = r_3 * 0.5 + r_3.mean()
+            rows_1.append(r_3.view(1, -1))
+        h = torch.cat(rows_1)
+        for _ in range(n):
+            h = torch.sigmoid(h) * 2.0 - 1.0
+            outs.append(torch.softmax(h, 1))
+            total_4 = torch.zeros_like(h)
+            for e_6, o_5 in enumerate(outs):
+                total_4 = total_4 + o_5 * float(e_6 + 1)
+            h = h + total_4 * 0.5
+            c += 1
+        return h, c
+
+
+def test_summed_list_items_of_rows_made_by_a_loop(tmp_path, monkeypatch) -> None:
+    from dycl_iree.observed_calls import ObservedCalls
+    from tests.conftest import check_hosts, export_compiled
+
+    consulted = []
+    hints = ObservedCalls.hints
+
+    def recording(self, segment):
+        found = hints(self, segment)
+        consulted.append((segment.name, found))
+        return found
+
+    monkeypatch.setattr(ObservedCalls, "hints", recording)
+    generator = torch.Generator().manual_seed(0)
+    example = (torch.randn(3, 4, generator=generator), 5)
+    batch = {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, _SummedOutputsOfRows(), example, "rows", batch)
+    assert consulted and all(found is not None for _, found in consulted), consulted
+    for rows, n in ((3, 5), (3, 0), (1, 2), (5, 1), (2, 4), (6, 3)):
+        x = torch.randn(rows, 4, generator=generator) * 2.0
+        _, count = check_hosts(scripted, (compiled, python), (x, n))
+        assert count == n  # every trip of the outer loop, none when n = 0
