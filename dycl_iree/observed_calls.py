@@ -56,9 +56,10 @@ class ObservedCalls:
 
     def _run(self) -> dict[str, list[list[Any]]]:
         recorder = _Recorder(self.program)
+        inputs = [value.clone() if isinstance(value, torch.Tensor) else value for value in self.inputs]
         try:
             with torch.no_grad():
-                recorder.run(*self.inputs)
+                recorder.run(*inputs)
         except Exception:
             pass  # the calls seen before a failure (a model that raises at its examples) still count
         return recorder.calls
