@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import dycl_iree
+
 from .conftest import check_hosts, check_hosts_raise, export_compiled
 
 
@@ -200,11 +202,25 @@ class GraphPooling(nn.Module):
         return mean, product
 
 
-def test_graph_pooling_by_index_reduce(tmp_path):
+@pytest.fixture(scope="module")
+def graph_pooling(tmp_path_factory: pytest.TempPathFactory):
+    """GraphPooling exported once for the tests below: (its scripted model, the bundle's path)."""
     torch.manual_seed(0)
     nodes = torch.rand(10, 3)
     graph = torch.tensor([0, 0, 1, 3, 3, 3, 1, 0, 3, 1])  # graph 2 has no nodes
-    _, scripted, compiled, python = export_compiled(tmp_path, GraphPooling(), (nodes, graph), "pooling")
+    folder = tmp_path_factory.mktemp("pooling")
+    _, scripted, _, _ = export_compiled(folder, GraphPooling(), (nodes, graph), "pooling")
+    return scripted, folder / "pooling.dycl", nodes, graph
+
+
+def _pooling_hosts(graph_pooling):
+    scripted, path, nodes, graph = graph_pooling
+    compiled, python = dycl_iree.load(path, host="compiled"), dycl_iree.load(path, host="python", record=True)
+    return scripted, compiled, python, nodes, graph
+
+
+def test_graph_pooling_by_index_reduce(graph_pooling):
+    scripted, compiled, python, nodes, graph = _pooling_hosts(graph_pooling)
     for inputs in ((nodes, graph), (nodes * 3.0 + 1.0, graph), (torch.rand(10, 3), torch.tensor([2] * 10))):
         check_hosts(scripted, [compiled, python], inputs)
     (label,) = python.decisions
@@ -254,11 +270,8 @@ def test_odd_functions_keep_their_relative_accuracy_near_zero(tmp_path, dtype):
     assert dict(python.decisions[label]) == {True: 1, False: 1}, python.decisions
 
 
-def test_graph_pooling_at_a_graph_out_of_range_raises_as_pytorch(tmp_path):
-    torch.manual_seed(0)
-    nodes = torch.rand(10, 3)
-    graph = torch.tensor([0, 0, 1, 3, 3, 3, 1, 0, 3, 1])
-    _, scripted, compiled, python = export_compiled(tmp_path, GraphPooling(), (nodes, graph), "pooling")
+def test_graph_pooling_at_a_graph_out_of_range_raises_as_pytorch(graph_pooling):
+    scripted, compiled, python, nodes, graph = _pooling_hosts(graph_pooling)
     for wrong in (4, -1):
         bad = graph.clone()
         bad[5] = wrong
