@@ -743,3 +743,54 @@ def test_rows_of_a_branch_beside_a_random_op_run_on_the_compiled_host(tmp_path):
     assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions
     trips = {count for counts in python.trip_counts.values() for count in counts}
     assert {1, 2, 3, 4} <= trips, python.trip_counts  # the rows at every batch; refinement to its end
+
+
+class ReturnBesideAListAndAnOptional(nn.Module):
+    """A loop that appends to a list on one side of a branch, and on the other returns from inside
+    the loop or sets an Optional state, reading it where it is set (fuzzer seed 135006, cut down).
+    The tuple the `return` leaves unset held the list as it started (empty) where the body's held it
+    grown, and that one difference left every unset leaf of the loop's start untyped: "cannot compute
+    its result type" for `st * 0.5`; without the `else`, "the two sides of a branch give values of
+    different structure". `decay` chooses between the two."""
+
+    def __init__(self, decay: bool) -> None:
+        super().__init__()
+        self.decay = decay
+
+    def forward(self, x: torch.Tensor, n: int):
+        h = x
+        preds: List[torch.Tensor] = []
+        st: Optional[torch.Tensor] = None
+        for _ in range(n):
+            if float(h.max()) > 1.5:
+                preds.append(h * 1.0)
+                h = h * 0.5
+            else:
+                if not (float(h[0, 1]) > -1.0):
+                    return h, preds, st
+                if st is None:
+                    st = torch.zeros_like(h) + 0.5
+                elif self.decay:
+                    st = st * 0.5 + torch.tanh(h) * 0.5
+                h = h + st * 0.25 + 0.5
+        return h, preds, st
+
+
+@pytest.mark.parametrize("decay", [True, False], ids=["decayed", "set_once"])
+def test_a_return_in_a_loop_beside_a_grown_list_and_an_optional(tmp_path, decay):
+    model = ReturnBesideAListAndAnOptional(decay)
+    example = (torch.zeros(2, 4), 2)
+    batch = {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, model, example, "return_list_optional", batch)
+    low = torch.zeros(3, 4)
+    low[0, 1] = -2.0  # returns at the first step
+    cases = [(torch.zeros(2, 4), n) for n in (0, 1, 2, 5)]  # st set, then grown past 1.5: appended
+    cases += [(torch.full((1, 4), 4.0), 3), (low, 2), (low, 0), (torch.full((2, 4), 2.0), 4)]
+    lengths, optional = set(), set()
+    for inputs in cases:
+        _, preds, st = check_hosts(scripted, [compiled, python], inputs)
+        lengths.add(len(preds))
+        optional.add(st is None)
+    assert 0 in lengths and len(lengths) >= 3, lengths  # the list left empty and grown
+    assert optional == {True, False}, optional  # the Optional left None and set
+    assert all(set(sides) == {True, False} for sides in python.decisions.values()), python.decisions

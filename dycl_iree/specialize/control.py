@@ -357,7 +357,7 @@ class ControlFlow:
                 if flatten_entries(adapted)[1] != structure:
                     initial = adapted
                     initial_leaves, structure = flatten_entries(initial)
-                    types = _adapted_types(initial_leaves, structure, results[1:], source)
+                    types = _adapted_types(initial, results[1:], source)
                     continue
                 # A list of tensors that the body appends to: carry it as a TensorList; a None the
                 # body sets: carry it as an Optional, typed by the value the body set. Visit again.
@@ -572,16 +572,29 @@ def _carried_type(leaf: Any, source: str) -> Any:
     return _NONE if is_none(leaf) else type_of(leaf, source)
 
 
-def _adapted_types(leaves: list, structure: Any, results: list, source: str) -> list:
-    """The carried types of `leaves`, where the loop's start takes the structure of what the body
-    returns. A leaf the start leaves unset takes the type of the body's leaf in its place, when the
-    body gave that structure: an Optional that the body sets and that the start leaves unset (`st`
-    in `if st is None: st = zeros_like(h) else: st = st * 0.5`) is read in the body's next visit,
-    which needs its type (fuzzer seed 80180: "cannot compute its result type" for `st * 0.5`)."""
-    set_leaves, set_structure = flatten_entries(results)
-    if set_structure != structure:
-        return [_carried_type(leaf, source) for leaf in leaves]
-    return [_carried_type(set_leaf if _unset(leaf) else leaf, source) for leaf, set_leaf in zip(leaves, set_leaves)]
+def _adapted_types(initial: list, results: list, source: str) -> list:
+    """The carried types of the leaves of `initial`, where the loop's start takes the structure of
+    what the body returns. A leaf the start leaves unset takes the type of the body's leaf in its
+    place, in each entry (or tuple item) that has the body's structure: an Optional that the body
+    sets and that the start leaves unset (`st` in `if st is None: st = zeros_like(h) else: st = st
+    * 0.5`) is read in the body's next visit, which needs its type (fuzzer seed 80180: "cannot
+    compute its result type" for `st * 0.5`). Entry by entry, since another entry can differ while
+    the loop still reconciles it: the tuple a `return` inside the loop leaves unset holds the list
+    as it started (empty) where the body's holds it grown (fuzzer seed 135006)."""
+    types: list = []
+    for entry, result in zip(initial, results):
+        types.extend(_adapted_entry_types(entry, result, source))
+    return types
+
+
+def _adapted_entry_types(entry: Any, result: Any, source: str) -> list:
+    leaves, structure = flatten_entries([entry])
+    set_leaves, set_structure = flatten_entries([result])
+    if set_structure == structure:
+        return [_carried_type(set_leaf if _unset(leaf) else leaf, source) for leaf, set_leaf in zip(leaves, set_leaves)]
+    if isinstance(entry, TupleEntry) and isinstance(result, TupleEntry) and len(entry.items) == len(result.items):
+        return _adapted_types(list(entry.items), list(result.items), source)
+    return [_carried_type(leaf, source) for leaf in leaves]
 
 
 def _join_carried(a: Any, b: Any, source: str, b_type: Any = None) -> Any:
