@@ -78,6 +78,35 @@ def test_a_stack_over_the_batch_in_a_branch_the_example_does_not_take(tmp_path, 
     assert {1, 2, 5} <= trips, python.trip_counts
 
 
+class _TwoRowsPerRow(nn.Module):
+    """As `_RefineLargeRows`, but two rows appended per row of the batch, stacked and added to the
+    batch concatenated with itself: the stack is twice as long as the batch."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x
+        if float(h.abs().mean()) > 1.0:
+            rows: List[Tensor] = []  # noqa: UP006
+            for t in range(h.shape[0]):
+                rows.append(h[t] * 2.0)
+                rows.append(torch.tanh(h[t]))
+            h = torch.stack(rows, 0) * 0.5 + torch.cat([h, h]) * 0.5
+        return h
+
+
+def test_a_stack_of_two_rows_per_row_of_the_batch(tmp_path) -> None:
+    example = torch.full((3, 8), 0.1)  # small rows: the branch is not taken
+    _, scripted, compiled, python = export_compiled(
+        tmp_path, _TwoRowsPerRow(), (example,), "two_rows", dynamic_shapes={"x": {0: "batch"}}
+    )
+    generator = torch.Generator().manual_seed(2)
+    for rows in (1, 2, 5):
+        doubled = check_hosts(scripted, [compiled, python], (torch.randn(rows, 8, generator=generator) * 3.0,))
+        assert doubled.shape == (2 * rows, 8)
+        check_hosts(scripted, [compiled, python], (torch.full((rows, 8), 0.2),))
+    (decisions,) = python.decisions.values()
+    assert decisions[True] == 3 and decisions[False] == 3, python.decisions
+
+
 class _RowsUntilSmall(nn.Module):
     """Rows are collected until one is small: the list is shorter than the batch by a number of
     rows only the data decides. Its stack meets the batch only through a reduction."""
