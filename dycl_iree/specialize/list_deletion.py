@@ -1,4 +1,4 @@
-"""Specialize's `del xs[i]` on lists, the index known at export or only at run time.
+"""Specialize's `del xs[i]` and `xs.pop(i)` on lists, the index known at export or only at run time.
 
 A beam search drops a hypothesis it merges into another (torchaudio's `_remove_hypo`:
 `del hypo_list[i]`). The Program's lists are values, so a deletion makes a new list that the name
@@ -8,6 +8,9 @@ then means, as an append does:
 - a list of tensors of run-time length (stacked): the rows before i and after it, concatenated;
 - a host list: `xs[:i] + xs[i + 1:]`;
 - a list of tuples of run-time length: each element's list without item i.
+
+`xs.pop(i)` (`i` -1 where not given: a window of the last states, `history.pop(0)`, or a queue)
+is `xs[i]`, then `del xs[i]`; an empty list raises PyTorch's "pop from empty list" first.
 
 PyTorch's IndexError past either end is checked first. A list of tensors of different sizes
 (concatenated) is refused at the line. A list of lists of ints (`RaggedInts`) loses the ints of
@@ -22,9 +25,10 @@ from typing import Any
 import torch
 
 from ..errors import SpecializeError
-from ..program import Constant, ListArg, ListType, Value
+from ..guards import CHECK_INDEX
+from ..program import Constant, HostOp, ListArg, ListType, Value
 from .schemas import overload_of
-from .values import RaggedInts, TensorList, TupleEntry, TupleList, describe_entry, tensor_type_of
+from .values import RaggedInts, TensorList, TupleEntry, TupleList, describe_entry, list_item, tensor_type_of
 
 # The host op that adds one int to every int of a list (`host_runtime.scalar_ops`).
 ADD_TO_INTS = "dycl::add_to_ints"
@@ -37,6 +41,45 @@ class ListDeletion:
         items, index = entries
         self.bind(node.inputsAt(0), self.without_item(items, index, source))
 
+    def visit_pop(self, node: torch._C.Node, entries: list, source: str) -> None:
+        """`xs.pop(i)`: item i, and the list without it."""
+        items, index = entries[0], entries[1] if len(entries) > 1 else Constant(-1)
+        if not (isinstance(items, ListArg) and isinstance(index, Constant)):
+            items = self.as_run_time_list(items, source)
+            length = self.length_of_list(items, source)
+            if length is not None:
+                message = Constant(f"RuntimeError: pop from empty list ({source})")
+                self.nodes.append(HostOp(CHECK_INDEX, (Constant(0), Constant(0), length, message), (), source))
+        elif not items.items:
+            raise SpecializeError(f"pop from empty list ({source})")
+        rest = self.without_item(items, index, source)  # checks the index first
+        if isinstance(items, ListArg) and isinstance(index, Constant):
+            self.bind(node.output(), items.items[index.value])
+        else:
+            self.bind(node.output(), list_item(self, items, index, source))
+        self.bind(node.inputsAt(0), rest)
+
+    def length_of_list(self, items: Any, source: str) -> Any:
+        """The length of a list `without_item` takes (None for another entry, which it refuses)."""
+        if isinstance(items, TupleList):
+            return self.tuple_list_length(items, source)
+        if isinstance(items, TensorList):
+            return self.list_length(items, source)
+        if isinstance(items, Value) and isinstance(items.type, ListType):
+            return self.host_length(items, source)
+        if isinstance(items, RaggedInts):
+            return self.ragged_ints_length(items, source)
+        return None
+
+    def as_run_time_list(self, items: Any, source: str) -> Any:
+        """A fixed-length list of tuples or of tensors as the list of run-time length it reads as at
+        a run-time index (a TupleList, a TensorList); another entry as it is."""
+        if isinstance(items, ListArg) and items.items and all(_is_tuple(item) for item in items.items):
+            return self.tuple_list(items, source)
+        if isinstance(items, ListArg) and items.items and all(tensor_type_of(item) for item in items.items):
+            return self.tensor_list(items, None, source)
+        return items
+
     def without_item(self, items: Any, index: Any, source: str) -> Any:
         if isinstance(items, ListArg) and isinstance(index, Constant):
             if not -len(items.items) <= index.value < len(items.items):
@@ -46,10 +89,11 @@ class ListDeletion:
             kept = list(items.items)
             del kept[index.value]
             return ListArg(tuple(kept))
-        if isinstance(items, ListArg) and items.items and all(_is_tuple(item) for item in items.items):
-            items = self.tuple_list(items, source)
-        elif isinstance(items, ListArg) and items.items and all(tensor_type_of(item) for item in items.items):
-            items = self.tensor_list(items, None, source)
+        items = self.as_run_time_list(items, source)
+        if isinstance(items, RaggedInts):
+            length = self.ragged_ints_length(items, source)
+            self.check_list_index(length, index, source)
+            return self.without_checked(items, self.index_from_front(length, index, source), source)
         if isinstance(items, TupleList):
             length = self.tuple_list_length(items, source)
             self.check_list_index(length, index, source)
@@ -62,8 +106,8 @@ class ListDeletion:
             self.check_list_index(length, index, source)
             return self.without_checked(items, self.index_from_front(length, index, source), source)
         raise SpecializeError(
-            f"`del xs[i]` on {describe_entry(items)} ({source}): a fixed-length list, a list of tensors of one "
-            "shape, a host list of scalars and a list of tuples of those can lose an item"
+            f"`del xs[i]` or `xs.pop(i)` on {describe_entry(items)} ({source}): a fixed-length list, a list of "
+            "tensors of one shape, a host list of scalars and a list of tuples of those can lose an item"
         )
 
     def host_length(self, items: Value, source: str) -> Any:
@@ -121,8 +165,8 @@ class ListDeletion:
 
 
 def is_list(entry: Any) -> bool:
-    """A list `del xs[i]` may take (another entry keeps the op's usual refusal)."""
-    return isinstance(entry, (ListArg, TensorList, TupleList)) or (
+    """A list `del xs[i]` and `xs.pop(i)` may take (another entry keeps the op's usual refusal)."""
+    return isinstance(entry, (ListArg, TensorList, TupleList, RaggedInts)) or (
         isinstance(entry, Value) and isinstance(entry.type, ListType)
     )
 

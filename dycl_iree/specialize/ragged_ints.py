@@ -109,20 +109,14 @@ class RaggedIntLists:
         return self.reconcile_ragged_ints(a, b, nodes_a, nodes_b, source)
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
-        """`del xs[i]` on a RaggedInts; `xs.append(list)` is every list's (`values.append_to_list`),
-        and another op on one is refused, naming it."""
+        """An op on a RaggedInts other than `xs.append(list)` (every list's, `values.append_to_list`),
+        `del xs[i]` and `xs.pop(i)` (`list_deletion`'s) is refused, naming it."""
         items, kind = entries[0] if entries else None, node.kind()
         if not isinstance(items, RaggedInts) or (kind == "aten::append" and is_int_list(entries[1])):
             return super().refuse_structured(node, entries, source)
-        if kind == "aten::Delete":
-            length = self.ragged_ints_length(items, source)
-            self.check_list_index(length, entries[1], source)
-            index = self.index_from_front(length, entries[1], source)
-            self.bind(node.inputsAt(0), self.without_checked(items, index, source))
-            return True
         raise SpecializeError(
             f"{kind} on {describe_entry(items)} ({source}): append of a list of ints, xs[i], len, `for`, "
-            "`del xs[i]` and torch.tensor work on it"
+            "`del xs[i]`, `xs.pop(i)` and torch.tensor work on it"
         )
 
     def visit_getitem(self, node: torch._C.Node) -> None:
