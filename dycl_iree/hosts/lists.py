@@ -3,7 +3,8 @@
 A `List[int]` is an int64 tensor (`INT_LIST`), a `List[float]` a float64 one (`FLOAT_LIST`):
 TorchScript's floats are doubles, so a score summed, compared or read back on the compiled host is
 the same double the Python host and PyTorch compute. Appending is a concatenation, `len` a size,
-`xs[i]` a select, `xs[a:b]` a tensor slice (which clamps and wraps as Python's does), and
+`xs[i]` a select, `xs[a:b]` a tensor slice (which clamps and wraps as Python's does), `xs * n` a
+repeat, and
 `torch.tensor(xs)` the tensor itself, converted to the dtype asked for.
 
 Example:
@@ -37,7 +38,15 @@ def _element_of(type_: Any, source: str) -> str:
 
 
 def _list_operand(emitter: Any, arg: Any, source: str) -> tuple[str, str]:
-    """The SSA name and element kind of a run-time list argument."""
+    """The SSA name and element kind of a run-time list argument, or of a constant list of ints or
+    of floats (folded from a literal: `[0] * n`), built here."""
+    if isinstance(arg, Constant) and isinstance(arg.value, list) and arg.value:
+        kinds = {type(item).__name__ for item in arg.value}
+        if len(kinds) == 1 and kinds <= set(_ELEMENTS):
+            (element,) = kinds
+            result = emitter.fresh()
+            emitter.scalar_list(tuple(Constant(item) for item in arg.value), element, result)
+            return result, element
     if not isinstance(arg, Value):
         raise CompiledHostUnsupported(f"a list built on the host ({source})")
     element = _element_of(arg.type, source)
@@ -184,6 +193,20 @@ def _list_slice(emitter: Any, node: HostOp, result: str) -> str:
     return list_type
 
 
+def _list_repeat(emitter: Any, node: HostOp, result: str) -> str:
+    """`xs * n` of a list of ints or floats: the tensor repeated max(n, 0) times (Python's empty list
+    for n <= 0, where `repeat` would refuse a negative count)."""
+    items, element = _list_operand(emitter, node.args[0], node.source)
+    list_type = _ELEMENTS[element][0]
+    count, _ = emitter.operand(node.args[1], "!torch.int")
+    zero = emitter.constant(0, None)[0]
+    times, counts = emitter.fresh(), emitter.fresh()
+    emitter.emit(f"{times} = torch.prim.max.int {count}, {zero} : !torch.int, !torch.int -> !torch.int")
+    emitter.emit(f"{counts} = torch.prim.ListConstruct {times} : (!torch.int) -> !torch.list<int>")
+    emitter.emit(f"{result} = torch.aten.repeat {items}, {counts} : {list_type}, !torch.list<int> -> {list_type}")
+    return list_type
+
+
 def _add_to_ints(emitter: Any, node: HostOp, result: str) -> str:
     """Every int of a list moved by one amount: a tensor add of the scalar."""
     items, _ = emitter.operand(node.args[0], INT_LIST)
@@ -206,6 +229,7 @@ LIST_OPS = {
     "aten::add.t": _list_join,
     "aten::__getitem__.t": _list_item,
     "aten::slice.t": _list_slice,
+    "aten::mul.left_t": _list_repeat,
 }
 
 

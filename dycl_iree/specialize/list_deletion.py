@@ -1,4 +1,4 @@
-"""Specialize's `del xs[i]` and `xs.pop(i)` on lists, the index known at export or only at run time.
+"""Specialize's `del xs[i]`, `xs.pop(i)` and `xs[i] = v` on lists, the index known at export or only at run time.
 
 A beam search drops a hypothesis it merges into another (torchaudio's `_remove_hypo`:
 `del hypo_list[i]`). The Program's lists are values, so a deletion makes a new list that the name
@@ -11,6 +11,17 @@ then means, as an append does:
 
 `xs.pop(i)` (`i` -1 where not given: a window of the last states, `history.pop(0)`, or a queue)
 is `xs[i]`, then `del xs[i]`; an empty list raises PyTorch's "pop from empty list" first.
+
+`xs[i] = v` (a layer's state replaced in a list of states, a per-row count, a slot of a buffer of
+steps) makes the list with item i replaced, after the same index check:
+
+- a fixed-length list with a constant index: that item is `v`;
+- a fixed-length list of tensors of one shape at a run-time index: stacked, item i scattered in
+  (`select_scatter`), and read back item by item, so the list keeps its length and form;
+- a list of tensors of run-time length (stacked): item i scattered in, `v` checked to have the
+  list's sizes as an append is;
+- a host list of ints or floats (a fixed-length one is made one): `xs[:i] + [v] + xs[i + 1:]`;
+- a list of tuples of run-time length: each element's list at item i.
 
 PyTorch's IndexError past either end is checked first. A list of tensors of different sizes
 (concatenated) is refused at the line. A list of lists of ints (`RaggedInts`) loses the ints of
@@ -26,9 +37,18 @@ import torch
 
 from ..errors import SpecializeError
 from ..guards import CHECK_INDEX
-from ..program import Constant, HostOp, ListArg, ListType, Value
+from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
 from .schemas import overload_of
-from .values import RaggedInts, TensorList, TupleEntry, TupleList, describe_entry, list_item, tensor_type_of
+from .values import (
+    RaggedInts,
+    TensorList,
+    TupleEntry,
+    TupleList,
+    describe_entry,
+    element_type,
+    list_item,
+    tensor_type_of,
+)
 
 # The host op that adds one int to every int of a list (`host_runtime.scalar_ops`).
 ADD_TO_INTS = "dycl::add_to_ints"
@@ -58,6 +78,77 @@ class ListDeletion:
         else:
             self.bind(node.output(), list_item(self, items, index, source))
         self.bind(node.inputsAt(0), rest)
+
+    def visit_set_list_item(self, node: torch._C.Node, entries: list, source: str) -> None:
+        """`xs[i] = v`: the list with item i replaced; the list's name means it from now on."""
+        items, index, item = entries
+        self.bind(node.inputsAt(0), self.with_item(items, index, item, source))
+
+    def with_item(self, items: Any, index: Any, item: Any, source: str) -> Any:
+        if isinstance(items, ListArg) and isinstance(index, Constant):
+            if not -len(items.items) <= index.value < len(items.items):
+                raise SpecializeError(
+                    f"list index {index.value} out of range for a list of {len(items.items)} ({source})"
+                )
+            replaced = list(items.items)
+            replaced[index.value] = item
+            return ListArg(tuple(replaced))
+        if isinstance(items, ListArg) and items.items and all(tensor_type_of(entry) for entry in items.items):
+            # Stacked for the write and read back item by item: the list keeps its fixed length.
+            stacked = self.with_item(self.tensor_list(items, None, source), index, item, source)
+            select = overload_of("aten::select.int")
+            rows = [self.emit_tensor_op(select, [stacked.value, Constant(0), Constant(k)], [], source, name="item")[0]
+                    for k in range(len(items.items))]  # fmt: skip
+            return ListArg(tuple(rows))
+        element = scalar_list_kind(items) if isinstance(items, ListArg) else None
+        if element is not None:
+            items = self.emit_list("prim::ListConstruct", items.items, source, element=element)
+        items = self.as_run_time_list(items, source)
+        length = self.length_of_list(items, source)
+        if length is None or isinstance(items, RaggedInts):
+            raise SpecializeError(
+                f"`xs[i] = v` on {describe_entry(items)} ({source}): a fixed-length list, a list of tensors of one "
+                "shape, a host list of ints or floats and a list of tuples of those can have an item replaced"
+            )
+        self.check_list_index(length, index, source)
+        return self.with_checked(items, self.index_from_front(length, index, source), item, source)
+
+    def with_checked(self, items: Any, index: Any, item: Any, source: str) -> Any:
+        """`items` with item `index` (checked, from the front) replaced by `item`."""
+        if isinstance(items, TupleList):
+            fields = _tuple_items(item)
+            if fields is None or len(fields) != len(items.fields):
+                raise SpecializeError(
+                    f"`xs[i] = v` of {describe_entry(item)} in a list of tuples of {len(items.fields)} ({source})"
+                )
+            return TupleList(
+                tuple(self.with_checked(f, index, v, source) for f, v in zip(items.fields, fields)), items.lists
+            )
+        if isinstance(items, TensorList):
+            item = self.materialize(item, source)
+            type_ = tensor_type_of(item)
+            if type_ is None:
+                raise SpecializeError(f"`xs[i] = v` of a non-tensor in a list of tensors ({source})")
+            element_type([self.list_element_type(items)[0], type_], source)  # refuses tensors that differ
+            unsqueeze, scatter = overload_of("aten::unsqueeze.default"), overload_of("aten::select_scatter.default")
+            (row,) = self.emit_tensor_op(unsqueeze, [item, Constant(0)], [], source, name="row")
+            self.check_same_sizes(items.value, row, source)
+            args = [items.value, item, Constant(0), index]
+            (written,) = self.emit_tensor_op(scatter, args, [], source, name="stacked")
+            return TensorList(written)
+        if isinstance(items, Value) and isinstance(items.type, ListType):
+            kind = items.type.element
+            after = self.emit_host("aten::add.int", (index, Constant(1)), "int", source)
+            length = self.host_length(items, source)
+            before = self.emit_list("aten::slice.t", (items, Constant(0), index, Constant(1)), source, element=kind)
+            rest = self.emit_list("aten::slice.t", (items, after, length, Constant(1)), source, element=kind)
+            single = self.emit_list("prim::ListConstruct", (item,), source, element=kind)
+            joined = self.emit_list("aten::add.t", (before, single), source, element=kind)
+            return self.emit_list("aten::add.t", (joined, rest), source, element=kind)
+        raise SpecializeError(
+            f"`xs[i] = v` on a list of tuples whose elements include {describe_entry(items)} ({source}): "
+            "lists of tensors of one shape and of ints or floats can have an item replaced"
+        )
 
     def length_of_list(self, items: Any, source: str) -> Any:
         """The length of a list `without_item` takes (None for another entry, which it refuses)."""
@@ -169,6 +260,38 @@ def is_list(entry: Any) -> bool:
     return isinstance(entry, (ListArg, TensorList, TupleList, RaggedInts)) or (
         isinstance(entry, Value) and isinstance(entry.type, ListType)
     )
+
+
+def is_scalar(entry: Any, kind: str) -> bool:
+    """A host scalar of `kind` ("int" or "float"): a scalar value or a constant."""
+    if isinstance(entry, Value):
+        return isinstance(entry.type, ScalarType) and entry.type.kind == kind
+    return isinstance(entry, Constant) and type(entry.value).__name__ == kind
+
+
+def scalar_list_kind(entry: Any) -> str | None:
+    """"int" or "float" for a list of ints or of floats (a host list, a constant list or a literal
+    list of scalars), else None."""
+    if isinstance(entry, Value):
+        element = getattr(entry.type, "element", None)
+        return element if element in ("int", "float") else None
+    if isinstance(entry, Constant) and isinstance(entry.value, list):
+        items = tuple(Constant(value) for value in entry.value)
+    elif isinstance(entry, ListArg):
+        items = entry.items
+    else:
+        return None
+    kinds = [kind for kind in ("int", "float") if items and all(is_scalar(item, kind) for item in items)]
+    return kinds[0] if kinds else None
+
+
+def _tuple_items(entry: Any) -> tuple | None:
+    """The items of a tuple entry, or of a tuple TorchScript folded into a constant."""
+    if isinstance(entry, TupleEntry):
+        return entry.items
+    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
+        return tuple(Constant(value) for value in entry.value)
+    return None
 
 
 def _is_tuple(entry: Any) -> bool:

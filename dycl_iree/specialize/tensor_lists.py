@@ -14,6 +14,7 @@ import torch
 from ..errors import SpecializeError, UnsupportedOpError
 from ..guards import CHECK_INDEX
 from ..program import Constant, HostOp, ListArg, ScalarType, TensorOp, TensorType, Value
+from .list_deletion import is_scalar, scalar_list_kind
 from .ragged_ints import is_int_list
 from .ragged_lists import EMPTY_LIST_ERRORS
 from .schemas import overload_of, source_of, torch_dtype
@@ -179,6 +180,19 @@ class TensorLists:
         self.nodes.append(HostOp("aten::size.int", (items.value, Constant(0)), (value,), source))
         return value
 
+    def repeated_scalar_list(self, entries: list, source: str) -> Value | None:
+        """`[v] * n` (or `n * [v]`) of ints or floats, `n` known only at run time (`[0] * batch`): a
+        host list, empty where n <= 0 as in Python; None for another product."""
+        counts = [e for e in entries if isinstance(e, Value) and is_scalar(e, "int")]
+        lists = [(e, scalar_list_kind(e)) for e in entries if e not in counts]
+        if len(counts) != 1 or len(lists) != 1 or lists[0][1] is None:
+            return None
+        (items, element), (count,) = lists[0], counts
+        if not isinstance(items, Value):
+            values = [Constant(v) for v in items.value] if isinstance(items, Constant) else items.items
+            items = self.emit_list("prim::ListConstruct", tuple(values), source, element=element)
+        return self.emit_list("aten::mul.left_t", (items, count), source, element=element)
+
     def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
         """List arithmetic on lists of tensors (`[x] + [y] * k`, slices) and `stack`/`cat` of a TensorList."""
         kind = node.kind()
@@ -220,6 +234,11 @@ class TensorLists:
             left, right = (self.int_list_value(e, source) for e in entries)
             self.bind(node.output(), self.emit_list("aten::add.t", (left, right), source, value_name(node.output())))
             return
+        if kind == "aten::mul" and not any(isinstance(e, (TensorList, RaggedList)) for e in entries):
+            repeated = self.repeated_scalar_list(entries, source)
+            if repeated is not None:
+                self.bind(node.output(), repeated)
+                return
         if any(isinstance(e, (TensorList, RaggedList)) for e in entries) or not all(
             isinstance(e, (ListArg, Constant)) for e in entries
         ):
@@ -322,3 +341,4 @@ _LISTS = (ListArg, TensorList, RaggedList)
 
 # List ops that act on the structure of a list of tensors (or on a TensorList), not on run-time scalars.
 STRUCTURAL_LIST_OPS = {"aten::add", "aten::mul", "aten::slice"}
+

@@ -86,12 +86,15 @@ class TupleLists(ListDeletion, RunTimeDicts, RaggedIntLists):
 
     def refuse_structured(self, node: torch._C.Node, entries: list, source: str) -> bool:
         """`xs.append(t)` on a TupleList appends each element to its list; another op on one is refused.
-        `del xs[i]` and `xs.pop(i)` on any list are `list_deletion`'s."""
+        `del xs[i]`, `xs.pop(i)` and `xs[i] = v` on any list are `list_deletion`'s."""
         if node.kind() == "aten::Delete" and entries and is_list(entries[0]):
             self.visit_delete(node, entries, source)
             return True
         if node.kind() == "aten::pop" and entries and is_list(entries[0]):
             self.visit_pop(node, entries, source)
+            return True
+        if node.kind() == "aten::_set_item" and entries and is_list(entries[0]):
+            self.visit_set_list_item(node, entries, source)
             return True
         if not any(isinstance(entry, TupleList) for entry in entries):
             return super().refuse_structured(node, entries, source)
