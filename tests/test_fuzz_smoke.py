@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,9 @@ from tests.fuzz.inputs import finite_cases
 # tuples, masked rows and pieces of data-dependent width (80045); an Optional state,
 # writes into tensors, masked rows and pieces (80184). Loops over the batch's rows and over grown lists
 # (`idioms.maybe_idiom`, a third stream): they joined 7371, 6177, 10237 and 80184 (whose other lines
-# stayed as they were); 95025 has both over a dynamic batch.
+# stayed as they were); 95025 has both over a dynamic batch. Lists edited in place (`list_edits`, a
+# fifth stream) joined 9399, 6114, 7371, 10237 and 95025: a window popped at its front, a work queue,
+# slots written at run-time indices, per-row counts from `[0] * x.size(0)`.
 SMOKE_SEEDS = [9399, 6114, 7371, 6177, 10237, 15998, 80045, 80184, 95025]
 
 
@@ -56,6 +59,7 @@ def test_smoke_set_covers_the_constructs(smoke_results: list[dict]) -> None:
     wanted |= {"host_float", "random_op", "dict_constant", "list_of_ints"}
     wanted |= {"dict_of_outputs", "list_of_tuples", "ragged_pieces", "optional_state", "inplace_write", "masked_rows"}
     wanted |= {"per_row_loop", "loop_over_list"}
+    wanted |= {"window", "work_queue", "slots", "row_counts"}  # the list edits (`list_edits.maybe_edit`)
     assert wanted <= used, wanted - used
     features = {name for result in smoke_results for name in result["features"]}
     assert {"and/or condition", "not condition", ".any().item()", "dynamic batch", "softmax in a loop"} <= features
@@ -206,22 +210,29 @@ def test_an_empty_fallback_reason_is_a_group_of_its_own() -> None:
     assert "(no reason given)" in table
 
 
-def test_the_idioms_only_add_lines_to_a_program(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The idioms draw from a stream of their own: a seed's program with them is its program without
-    them plus their lines (and the `typing` import), every other line, name and weight in place."""
+@pytest.mark.parametrize("stream", ["idioms.maybe_idiom", "list_edits.maybe_edit"])
+def test_the_idioms_only_add_lines_to_a_program(monkeypatch: pytest.MonkeyPatch, stream: str) -> None:
+    """The idioms (and the list edits) draw from a stream of their own: a seed's program with them is
+    its program without them plus their lines (and the `typing` import), every other line, name and
+    weight in place."""
     import difflib
+    import importlib
 
-    import tests.fuzz.idioms as idioms
-
+    module, function = stream.split(".")
     seeds = range(95000, 95040)
     with_idioms = {seed: generate(seed) for seed in seeds}
-    monkeypatch.setattr(idioms, "maybe_idiom", lambda builder: None)
+    monkeypatch.setattr(importlib.import_module(f"tests.fuzz.{module}"), function, lambda builder: None)
     gained = 0
     for seed in seeds:
         new, old = with_idioms[seed].render().splitlines(), generate(seed).render().splitlines()
-        old = [line for line in old if not line.startswith("from typing")]
-        new = [line for line in new if not line.startswith("from typing")]
+        # The list edits' outputs (slots, counts; named `<name>_e<k>`) join every `return`.
+        old, new = ([_without_edit_outputs(line) for line in lines if not line.startswith("from typing")]
+                    for lines in (old, new))  # fmt: skip
         operations = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
         assert all(op in ("equal", "insert") for op, *_ in operations), seed
         gained += new != old
     assert 5 <= gained <= 35, gained  # some seeds gain idioms, not all
+
+
+def _without_edit_outputs(line: str) -> str:
+    return re.sub(r", \w+_e\d+\b", "", line) if line.strip().startswith("return ") else line

@@ -11,6 +11,7 @@ from typing import List, Tuple
 import torch
 from torch import nn
 
+from dycl_iree.program import Constant
 from tests.conftest import check_hosts, check_hosts_raise, export_compiled
 
 
@@ -127,3 +128,58 @@ def test_the_worst_of_a_list_of_pairs_is_replaced(tmp_path):
         check_hosts(scripted, [compiled, python], (torch.full((3,), level), 4))
     decisions = {label: set(sides) for label, sides in python.decisions.items()}
     assert all(sides == {True, False} for sides in decisions.values()), decisions
+
+
+class CountsOverAStaticBatch(nn.Module):
+    """Per-row counts over a static batch, in a loop of 3 passes (fuzzer seed 10237 with its list
+    edits, cut down). Unrolled, `counts[t] += 1` on one side of the row's decision failed (a write
+    into `[0]` folded into a constant), and the unrolling, undone, left the walk in that branch's
+    node list: the slots made before the loop were lost (an exporter defect, "%2 is read by the
+    program's outputs where it is not defined"). Now the write takes the constant as its literal
+    list, the branch's sides join item by item, and an unrolling undone restores the node list."""
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[int], List[torch.Tensor]]:  # noqa: UP006
+        h = x
+        counts: List[int] = [0] * x.size(0)  # noqa: UP006
+        slots = [x * 0.0, x * 0.0]
+        for _ in range(3):
+            h = torch.tanh(h * 1.5) + 0.2
+            for t in range(h.size(0)):
+                if float(h[t].sum()) > 0.5:
+                    counts[t] += 1
+            slots[1] = h
+        return h, counts, slots
+
+
+def test_row_counts_in_unrolled_passes_over_a_static_batch(tmp_path):
+    for rows in (1, 2):
+        model = CountsOverAStaticBatch()
+        _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(rows, 4),), f"static{rows}")
+        generator = torch.Generator().manual_seed(rows)
+        seen = set()
+        for scale in (0.1, 1.0, 3.0, 10.0):
+            x = torch.randn(rows, 4, generator=generator) * scale
+            _, counts, _ = check_hosts(scripted, [compiled, python], (x,))
+            seen.update(counts)
+        assert len(seen) >= 2, seen  # rows counted on some passes and not on others
+        assert not python.trip_counts, python.trip_counts  # both loops unrolled: the sides joined
+
+
+def test_an_unrolling_undone_inside_a_branch_keeps_what_came_before(tmp_path, monkeypatch):
+    """The write refused at an index known at export (as it was): the loop over the rows is not
+    unrolled, and the Program keeps every node made before it."""
+    from dycl_iree.errors import SpecializeError
+    from dycl_iree.specialize.list_deletion import ListDeletion
+
+    with_item = ListDeletion.with_item
+
+    def refusing(self, items, index, item, source):
+        if isinstance(index, Constant):
+            raise SpecializeError("refused for the test")
+        return with_item(self, items, index, item, source)
+
+    monkeypatch.setattr(ListDeletion, "with_item", refusing)
+    _, scripted, compiled, python = export_compiled(tmp_path, CountsOverAStaticBatch(), (torch.randn(1, 4),), "undone")
+    for scale in (0.1, 3.0):
+        check_hosts(scripted, [compiled, python], (torch.randn(1, 4) * scale,))
+    assert python.trip_counts, "the loop over the rows stays a loop"

@@ -47,6 +47,7 @@ from .values import (
     describe_entry,
     element_type,
     list_item,
+    literal_list,
     tensor_type_of,
 )
 
@@ -59,11 +60,11 @@ class ListDeletion:
 
     def visit_delete(self, node: torch._C.Node, entries: list, source: str) -> None:
         items, index = entries
-        self.bind(node.inputsAt(0), self.without_item(items, index, source))
+        self.bind(node.inputsAt(0), self.without_item(literal_list(items), index, source))
 
     def visit_pop(self, node: torch._C.Node, entries: list, source: str) -> None:
         """`xs.pop(i)`: item i, and the list without it."""
-        items, index = entries[0], entries[1] if len(entries) > 1 else Constant(-1)
+        items, index = literal_list(entries[0]), entries[1] if len(entries) > 1 else Constant(-1)
         if not (isinstance(items, ListArg) and isinstance(index, Constant)):
             items = self.as_run_time_list(items, source)
             length = self.length_of_list(items, source)
@@ -82,7 +83,7 @@ class ListDeletion:
     def visit_set_list_item(self, node: torch._C.Node, entries: list, source: str) -> None:
         """`xs[i] = v`: the list with item i replaced; the list's name means it from now on."""
         items, index, item = entries
-        self.bind(node.inputsAt(0), self.with_item(items, index, item, source))
+        self.bind(node.inputsAt(0), self.with_item(literal_list(items), index, item, source))
 
     def with_item(self, items: Any, index: Any, item: Any, source: str) -> Any:
         if isinstance(items, ListArg) and isinstance(index, Constant):
@@ -256,7 +257,10 @@ class ListDeletion:
 
 
 def is_list(entry: Any) -> bool:
-    """A list `del xs[i]` and `xs.pop(i)` may take (another entry keeps the op's usual refusal)."""
+    """A list `del xs[i]`, `xs.pop(i)` and `xs[i] = v` may take (another entry keeps the op's usual
+    refusal)."""
+    if isinstance(entry, Constant):
+        return isinstance(entry.value, list)
     return isinstance(entry, (ListArg, TensorList, TupleList, RaggedInts)) or (
         isinstance(entry, Value) and isinstance(entry.type, ListType)
     )

@@ -395,6 +395,14 @@ def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
     raise SpecializeError(f"a value changes kind between paths ({source})")
 
 
+def literal_list(entry: Any) -> Any:
+    """A list folded into a constant (`[0] * 2`, `[1, 2]`) as the literal list of its items (what a
+    write to one of its items makes it); another entry as it is."""
+    if isinstance(entry, Constant) and isinstance(entry.value, list):
+        return ListArg(tuple(Constant(item) for item in entry.value))
+    return entry
+
+
 def tuples_of_constants(entry: Any) -> Any:
     """A tuple TorchScript folded into one constant (`(zeros, zeros)` as a state) as a TupleEntry of
     constants, so that it lines up with the other side's tuple of run-time values."""

@@ -96,6 +96,8 @@ _FEATURES = [
     ("return inside a loop", r"^\s*return "),
     ("loop over the batch's rows", r"^\s*for \w+ in range\((x|h)\.(size\(0\)|shape\[0\])\):"),
     ("loop over a list", r"^\s*for [\w, ]+ in (?!range\()"),
+    ("list pop", r"\.pop\("),
+    ("list item written", r"^\s*\w+\[[^\]]+\] \+?= "),
     (
         "special function (lgamma, erfinv, hypot, histc, ...)",
         r"torch\.(lgamma|digamma|erfinv|erfc|hypot|copysign|signbit|xlogy|asinh|isfinite|histc)\(|log_ndtr|index_reduce\(",
@@ -151,6 +153,7 @@ class Builder:
         structured: random.Random | None = None,
         idioms: random.Random | None = None,
         functions: random.Random | None = None,
+        edits: random.Random | None = None,
     ) -> None:
         self.rng = rng
         # The second stream: structured values and data-dependent sizes (`constructs.maybe_structured`).
@@ -163,6 +166,9 @@ class Builder:
         # The fourth stream: element-wise functions on the running tensor (`functions.maybe_function`).
         self.functions = functions or random.Random(0)
         self.functions_on = self.functions.random() < 0.4
+        # The fifth stream: lists edited in place, `pop`, `xs[i] = v`, `[0] * n` (`list_edits.maybe_edit`).
+        self.edits = edits or random.Random(0)
+        self.edits_on = self.edits.random() < 0.4
         self.late_init: list[str] = []  # the idioms' layers, made after the others' (same weights)
         self.features = features
         self.inputs = inputs
@@ -179,6 +185,7 @@ class Builder:
         self.budget = budget
         self._names = 0
         self._idiom_names = 0
+        self._edit_names = 0
 
     def emit(self, line: str) -> None:
         self.body.append(INDENT * self.level + line)
@@ -204,6 +211,11 @@ class Builder:
         """A name for an idiom's variable, counted apart from `fresh` (which the other streams use)."""
         self._idiom_names += 1
         return f"{prefix}_{self._idiom_names}"
+
+    def fresh_edit(self, prefix: str) -> str:
+        """A name for a list edit's variable (`list_edits`), counted apart from the other streams'."""
+        self._edit_names += 1
+        return f"{prefix}_e{self._edit_names}"
 
     def late_layer(self, declaration: str) -> str:
         """An idiom's submodule: `layer`, but made after every other one, so that theirs keep their weights."""
@@ -279,11 +291,13 @@ class Builder:
         from .constructs import maybe_structured, pick_construct, simple_statement
         from .functions import maybe_function
         from .idioms import maybe_idiom
+        from .list_edits import maybe_edit
 
         for _ in range(self.rng.randint(1, 3)):
             maybe_structured(self)
             maybe_idiom(self)
             maybe_function(self)
+            maybe_edit(self)
             if depth > 0 and self.budget > 0 and self.rng.random() < 0.35:
                 self.budget -= 1
                 construct = pick_construct(self)
@@ -297,6 +311,7 @@ def generate(seed: int) -> Program:
     """A random program from `seed` (conditions not yet calibrated)."""
     from .constructs import maybe_structured, pick_construct
     from .idioms import maybe_idiom
+    from .list_edits import maybe_edit
 
     rng = random.Random(seed)
     features = rng.choice([4, 6, 8])
@@ -308,6 +323,7 @@ def generate(seed: int) -> Program:
         "structured": random.Random(f"structured {seed}"),
         "idioms": random.Random(f"idioms {seed}"),
         "functions": random.Random(f"functions {seed}"),
+        "edits": random.Random(f"edits {seed}"),
     }
     builder = Builder(rng, features, inputs, budget=rng.randint(2, 5), **streams)
     builder.emit("h = x")
@@ -315,6 +331,7 @@ def generate(seed: int) -> Program:
     for _ in range(top):
         maybe_structured(builder)
         maybe_idiom(builder)
+        maybe_edit(builder)
         construct = pick_construct(builder)
         builder.constructs.append(construct.__name__)
         construct(builder, 2)
