@@ -183,3 +183,40 @@ def test_an_unrolling_undone_inside_a_branch_keeps_what_came_before(tmp_path, mo
     for scale in (0.1, 3.0):
         check_hosts(scripted, [compiled, python], (torch.randn(1, 4) * scale,))
     assert python.trip_counts, "the loop over the rows stays a loop"
+
+
+class CountsBesideAnEarlyReturn(nn.Module):
+    """Per-row counts over a static batch written after a loop that may return them early (fuzzer
+    seed 137006, cut down): the return inside the loop carries the list as a host list, the end of
+    `forward` as the literal list its writes made ("result 1 is a list of int on one side and a list
+    of 2 on the other"); both are host lists now."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[torch.Tensor, List[int]]:  # noqa: UP006
+        h = x
+        counts: List[int] = [0] * x.size(0)  # noqa: UP006
+        for _ in range(n):
+            h = torch.tanh(h * 1.5) + 0.2
+            if float(h.mean()) < -0.5:
+                return h, counts
+        if n > 1:
+            for t in range(h.size(0)):
+                if float(h[t].sum()) > 0.5:
+                    counts[t] += 1
+        return h, counts
+
+
+def test_counts_written_after_a_loop_that_may_return_them_early(tmp_path):
+    model = CountsBesideAnEarlyReturn()
+    _, scripted, compiled, python = export_compiled(tmp_path, model, (torch.randn(2, 4), 2), "early_counts")
+    generator = torch.Generator().manual_seed(5)
+    seen = set()
+    for scale, n in ((1.0, 0), (1.0, 1), (1.0, 3), (3.0, 3), (0.2, 2)):
+        _, counts = check_hosts(scripted, [compiled, python], (torch.randn(2, 4, generator=generator) * scale, n))
+        seen.add(tuple(counts))
+    check_hosts(scripted, [compiled, python], (torch.full((2, 4), -3.0), 2))  # the early return
+    for first in (1.0, -1.0):  # one row counted, the other not
+        rows = torch.tensor([[first] * 4, [-first] * 4])
+        seen.add(tuple(check_hosts(scripted, [compiled, python], (rows, 2))[1]))
+    assert len(seen) >= 3, seen
+    decisions = {label: set(sides) for label, sides in python.decisions.items()}
+    assert all(sides == {True, False} for sides in decisions.values()), decisions

@@ -46,6 +46,12 @@ class TensorLists:
         if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
             pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
             return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
+        kinds = {scalar_list_kind(e) for e in (a, b) if isinstance(e, Value)} - {None}
+        if len(kinds) == 1 and any(isinstance(e, ListArg) and scalar_list_kind(e) in kinds for e in (a, b)):
+            # A literal list of scalars (one with an item written: `counts[t] += 1` over `[0] * 2`)
+            # against a host list on the other path: a host list on both.
+            (kind,) = kinds
+            return self.host_list(a, kind, nodes_a, source), self.host_list(b, kind, nodes_b, source)
         if not (isinstance(a, _LISTS) and isinstance(b, _LISTS)):
             return a, b
         if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
