@@ -220,3 +220,29 @@ def test_counts_written_after_a_loop_that_may_return_them_early(tmp_path):
     assert len(seen) >= 3, seen
     decisions = {label: set(sides) for label, sides in python.decisions.items()}
     assert all(sides == {True, False} for sides in decisions.values()), decisions
+
+
+class CountsBesideAReturn(nn.Module):
+    """Per-row picks over a static batch of one, returned early as they started, or after the
+    rows' writes (fuzzer seed 137022, cut down): the returned tuples held `[0]` folded into a
+    constant on one side and the literal list of the writes on the other ("a list ([0]) on one
+    side and a list of 1 on the other")."""
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:  # noqa: UP006
+        h = x
+        picks: List[int] = [0] * x.size(0)  # noqa: UP006
+        if float(h.sum()) > 3.0:
+            return h, picks
+        for t in range(h.size(0)):
+            picks[t] = int(h[t].argmax()) + 1
+        return h * 2.0, picks
+
+
+def test_picks_returned_early_as_they_started_or_after_their_writes(tmp_path):
+    _, scripted, compiled, python = export_compiled(tmp_path, CountsBesideAReturn(), (torch.zeros(1, 4),), "returned")
+    seen = set()
+    for row in ([1.0, 1.0, 1.0, 1.0], [0.0, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5]):  # returned early; written
+        seen.add(tuple(check_hosts(scripted, [compiled, python], (torch.tensor([row]),))[1]))
+    assert seen == {(0,), (2,), (4,)}, seen
+    (sides,) = (set(s) for s in python.decisions.values())
+    assert sides == {True, False}, python.decisions

@@ -54,7 +54,6 @@ from .values import (
     TupleList,
     is_none,
     join_types,
-    literal_list,
     same_constant,
     structure_difference,
     tensor_type_of,
@@ -164,11 +163,7 @@ class ControlFlow:
 
     def join_paths(self, a: Any, b: Any, nodes_a: list, nodes_b: list, source: str) -> tuple[Any, Any]:
         """`reconcile` two paths' entries, where a list one path leaves unset (what a `return xs`
-        inside a loop returns, on a path that did not return) takes the other path's form instead.
-        A list folded into a constant meets the other path's literal list item by item (`counts[t]
-        += 1` on one side of a branch, over `[0] * 2` of a static batch)."""
-        if isinstance(a, ListArg) or isinstance(b, ListArg):
-            a, b = literal_list(a), literal_list(b)
+        inside a loop returns, on a path that did not return) takes the other path's form instead."""
         a, b = _unset_list_like(a, b)
         if not (_unset_list(a) or _unset_list(b)):
             a, b = self.reconcile(a, b, nodes_a, nodes_b, source)

@@ -29,6 +29,7 @@ from .values import (
     holds_only_tensors,
     is_unset_list,
     list_item,
+    literal_list,
     tensor_type_of,
     value_name,
 )
@@ -46,6 +47,10 @@ class TensorLists:
         if isinstance(a, TupleEntry) and isinstance(b, TupleEntry) and len(a.items) == len(b.items):
             pairs = [self.reconcile(x, y, nodes_a, nodes_b, source) for x, y in zip(a.items, b.items)]
             return TupleEntry(tuple(x for x, _ in pairs)), TupleEntry(tuple(y for _, y in pairs))
+        if isinstance(a, ListArg) or isinstance(b, ListArg):
+            # A list folded into a constant meets the other path's literal list item by item
+            # (`counts[t] += 1` on one side of a branch, over `[0] * 2` of a static batch).
+            a, b = literal_list(a), literal_list(b)
         kinds = {scalar_list_kind(e) for e in (a, b) if isinstance(e, Value)} - {None}
         if len(kinds) == 1 and any(isinstance(e, ListArg) and scalar_list_kind(e) in kinds for e in (a, b)):
             # A literal list of scalars (one with an item written: `counts[t] += 1` over `[0] * 2`)
