@@ -246,3 +246,19 @@ def test_picks_returned_early_as_they_started_or_after_their_writes(tmp_path):
     assert seen == {(0,), (2,), (4,)}, seen
     (sides,) = (set(s) for s in python.decisions.values())
     assert sides == {True, False}, python.decisions
+
+
+class PicksOfTwoLengths(nn.Module):
+    """A literal list of ints whose length depends on the branch taken: a host list on both sides."""
+
+    def forward(self, x: torch.Tensor) -> List[int]:  # noqa: UP006
+        picks = [int(x.argmax()), 0]
+        if float(x.sum()) > 0.0:
+            picks = [int(x.argmin()), 1, 2]
+        return picks
+
+
+def test_a_literal_list_of_ints_of_a_length_that_depends_on_the_branch(tmp_path):
+    _, scripted, compiled, python = export_compiled(tmp_path, PicksOfTwoLengths(), (torch.randn(4),), "two_lengths")
+    lengths = {len(check_hosts(scripted, [compiled, python], (torch.arange(4.0) * sign,))) for sign in (1.0, -1.0)}
+    assert lengths == {2, 3}, lengths

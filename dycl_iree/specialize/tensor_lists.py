@@ -51,12 +51,14 @@ class TensorLists:
             # A list folded into a constant meets the other path's literal list item by item
             # (`counts[t] += 1` on one side of a branch, over `[0] * 2` of a static batch).
             a, b = literal_list(a), literal_list(b)
-        kinds = {scalar_list_kind(e) for e in (a, b) if isinstance(e, Value)} - {None}
-        if len(kinds) == 1 and any(isinstance(e, ListArg) and scalar_list_kind(e) in kinds for e in (a, b)):
-            # A literal list of scalars (one with an item written: `counts[t] += 1` over `[0] * 2`)
-            # against a host list on the other path: a host list on both.
-            (kind,) = kinds
-            return self.host_list(a, kind, nodes_a, source), self.host_list(b, kind, nodes_b, source)
+        kind = scalar_list_kind(a)
+        literals = [e for e in (a, b) if isinstance(e, ListArg)]
+        if kind is not None and kind == scalar_list_kind(b) and literals:
+            if len(literals) == 1 or len(a.items) != len(b.items):
+                # A literal list of scalars (one with an item written: `counts[t] += 1` over `[0] *
+                # 2`) against a host list, or one of another length, on the other path: a host list
+                # on both.
+                return self.host_list(a, kind, nodes_a, source), self.host_list(b, kind, nodes_b, source)
         if not (isinstance(a, _LISTS) and isinstance(b, _LISTS)):
             return a, b
         if isinstance(a, ListArg) and isinstance(b, ListArg) and len(a.items) == len(b.items):
