@@ -184,3 +184,35 @@ def test_popping_an_empty_list_or_past_its_end_raises_as_pytorch(tmp_path):
     check_hosts(scripted, [compiled, python], (torch.arange(3.0), 4))
     check_hosts_raise(scripted, [compiled, python], (torch.arange(3.0), 0), "pop from empty list")
     check_hosts_raise(scripted, [compiled, python], (torch.arange(3.0), 1), "list index out of range")
+
+
+class PieceWindow(nn.Module):
+    """Pieces of a width the data decides (a list concatenated along its dim 1), kept in a window of
+    the last three; then the second one deleted and the first replaced by a wider one."""
+
+    def forward(self, x: torch.Tensor, n: int) -> Tuple[torch.Tensor, int]:  # noqa: UP006
+        pieces: List[torch.Tensor] = []  # noqa: UP006
+        h = x
+        for i in range(n):
+            width = int(h.argmax(1).max()) % 4 + 1
+            pieces.append(h[:, :width] * float(i + 1))
+            if len(pieces) > 3:
+                pieces.pop(0)
+            h = torch.roll(h, 1, 1) * 0.9
+        if len(pieces) > 1:
+            del pieces[1]
+        if len(pieces) > 0:
+            pieces[0] = torch.cat([pieces[0], pieces[0]], 1)
+        return torch.cat(pieces + [x], 1), len(pieces)
+
+
+def test_a_window_of_pieces_of_different_widths(tmp_path):
+    batch = {"x": {0: "batch"}}
+    _, scripted, compiled, python = export_compiled(tmp_path, PieceWindow(), (torch.randn(2, 5), 4), "pieces", batch)
+    generator = torch.Generator().manual_seed(6)
+    widths, counts = set(), set()
+    for rows, n in ((2, 0), (2, 1), (3, 2), (1, 4), (2, 6), (3, 5)):
+        joined, count = check_hosts(scripted, [compiled, python], (torch.randn(rows, 5, generator=generator), n))
+        widths.add(joined.shape[1])
+        counts.add(count)
+    assert {0, 1, 2} <= counts and len(widths) >= 4, (counts, widths)

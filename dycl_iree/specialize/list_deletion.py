@@ -21,10 +21,13 @@ steps) makes the list with item i replaced, after the same index check:
 - a list of tensors of run-time length (stacked): item i scattered in, `v` checked to have the
   list's sizes as an append is;
 - a host list of ints or floats (a fixed-length one is made one): `xs[:i] + [v] + xs[i + 1:]`;
-- a list of tuples of run-time length: each element's list at item i.
+- a list of tuples of run-time length: each element's list at item i;
+- a list of tensors of different sizes in one dim (concatenated along it): the tensors before i,
+  `v`, and those after it, joined (`v`'s other sizes checked as an append's are).
 
 PyTorch's IndexError past either end is checked first. A list of tensors of different sizes
-(concatenated) is refused at the line. A list of lists of ints (`RaggedInts`) loses the ints of
+(concatenated) loses the tensors of item i (a slice before it joined with one after it). A list
+of lists of ints (`RaggedInts`) loses the ints of
 list i, and the bounds after it move back by its length. Host lists of
 floats (a beam's scores) lose an item on the Python host, which carries them.
 """
@@ -41,6 +44,7 @@ from ..program import Constant, HostOp, ListArg, ListType, ScalarType, Value
 from .schemas import overload_of
 from .values import (
     RaggedInts,
+    RaggedList,
     TensorList,
     TupleEntry,
     TupleList,
@@ -108,8 +112,8 @@ class ListDeletion:
         length = self.length_of_list(items, source)
         if length is None or isinstance(items, RaggedInts):
             raise SpecializeError(
-                f"`xs[i] = v` on {describe_entry(items)} ({source}): a fixed-length list, a list of tensors of one "
-                "shape, a host list of ints or floats and a list of tuples of those can have an item replaced"
+                f"`xs[i] = v` on {describe_entry(items)} ({source}): a fixed-length list, a list of tensors, a "
+                "host list of ints or floats and a list of tuples of those can have an item replaced"
             )
         self.check_list_index(length, index, source)
         return self.with_checked(items, self.index_from_front(length, index, source), item, source)
@@ -137,6 +141,9 @@ class ListDeletion:
             args = [items.value, item, Constant(0), index]
             (written,) = self.emit_tensor_op(scatter, args, [], source, name="stacked")
             return TensorList(written)
+        if isinstance(items, RaggedList):
+            before, after = self.ragged_apart(items, index, source)
+            return self.join_ragged(self.append_to_ragged(before, item, source), after, source)
         if isinstance(items, Value) and isinstance(items.type, ListType):
             kind = items.type.element
             after = self.emit_host("aten::add.int", (index, Constant(1)), "int", source)
@@ -161,6 +168,8 @@ class ListDeletion:
             return self.host_length(items, source)
         if isinstance(items, RaggedInts):
             return self.ragged_ints_length(items, source)
+        if isinstance(items, RaggedList):
+            return self.ragged_length(items, source)
         return None
 
     def as_run_time_list(self, items: Any, source: str) -> Any:
@@ -182,8 +191,8 @@ class ListDeletion:
             del kept[index.value]
             return ListArg(tuple(kept))
         items = self.as_run_time_list(items, source)
-        if isinstance(items, RaggedInts):
-            length = self.ragged_ints_length(items, source)
+        if isinstance(items, (RaggedInts, RaggedList)):
+            length = self.length_of_list(items, source)
             self.check_list_index(length, index, source)
             return self.without_checked(items, self.index_from_front(length, index, source), source)
         if isinstance(items, TupleList):
@@ -211,8 +220,16 @@ class ListDeletion:
             return index
         return self.emit_host("aten::remainder.int", (index, length), "int", source)
 
+    def ragged_apart(self, items: RaggedList, index: Any, source: str) -> tuple[RaggedList, RaggedList]:
+        """The tensors of `items` before item `index` (checked, from the front), and those after it."""
+        after = self.emit_host("aten::add.int", (index, Constant(1)), "int", source)
+        before = self.ragged_slice(items, Constant(0), index, Constant(1), source)
+        return before, self.ragged_slice(items, after, Constant(None), Constant(1), source)
+
     def without_checked(self, items: Any, index: Any, source: str) -> Any:
         """`items` without item `index` (checked, from the front)."""
+        if isinstance(items, RaggedList):
+            return self.join_ragged(*self.ragged_apart(items, index, source), source)
         after = self.emit_host("aten::add.int", (index, Constant(1)), "int", source)
         if isinstance(items, TupleList):
             return TupleList(tuple(self.without_checked(field, index, source) for field in items.fields), items.lists)
@@ -261,7 +278,7 @@ def is_list(entry: Any) -> bool:
     refusal)."""
     if isinstance(entry, Constant):
         return isinstance(entry.value, list)
-    return isinstance(entry, (ListArg, TensorList, TupleList, RaggedInts)) or (
+    return isinstance(entry, (ListArg, TensorList, TupleList, RaggedInts, RaggedList)) or (
         isinstance(entry, Value) and isinstance(entry.type, ListType)
     )
 
