@@ -53,6 +53,7 @@ from .values import (
     list_item,
     literal_list,
     tensor_type_of,
+    tuple_items,
 )
 
 # The host op that adds one int to every int of a list (`host_runtime.scalar_ops`).
@@ -121,7 +122,7 @@ class ListDeletion:
     def with_checked(self, items: Any, index: Any, item: Any, source: str) -> Any:
         """`items` with item `index` (checked, from the front) replaced by `item`."""
         if isinstance(items, TupleList):
-            fields = _tuple_items(item)
+            fields = tuple_items(item)
             if fields is None or len(fields) != len(items.fields):
                 raise SpecializeError(
                     f"`xs[i] = v` of {describe_entry(item)} in a list of tuples of {len(items.fields)} ({source})"
@@ -304,15 +305,6 @@ def scalar_list_kind(entry: Any) -> str | None:
         return None
     kinds = [kind for kind in ("int", "float") if items and all(is_scalar(item, kind) for item in items)]
     return kinds[0] if kinds else None
-
-
-def _tuple_items(entry: Any) -> tuple | None:
-    """The items of a tuple entry, or of a tuple TorchScript folded into a constant."""
-    if isinstance(entry, TupleEntry):
-        return entry.items
-    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
-        return tuple(Constant(value) for value in entry.value)
-    return None
 
 
 def _is_tuple(entry: Any) -> bool:

@@ -45,6 +45,7 @@ from .values import (
     is_unset_list,
     list_item,
     tensor_type_of,
+    tuple_items,
 )
 
 
@@ -196,16 +197,7 @@ def _indexed_at_run_time(subject: Any, index: Any) -> bool:
     """A fixed-length list of tuples (every item a tuple), indexed by a value known only at run time."""
     if isinstance(index, Constant) or not isinstance(subject, ListArg) or not subject.items:
         return False
-    return all(_tuple_items(item) is not None for item in subject.items)
-
-
-def _tuple_items(entry: Any) -> tuple | None:
-    """The items of a tuple entry, or of a tuple TorchScript folded into a constant; None otherwise."""
-    if isinstance(entry, TupleEntry):
-        return entry.items
-    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
-        return tuple(Constant(item) for item in entry.value)
-    return None
+    return all(tuple_items(item) is not None for item in subject.items)
 
 
 def _tuple_list_width(a: Any, b: Any) -> int | None:
@@ -219,18 +211,18 @@ def _tuple_list_width(a: Any, b: Any) -> int | None:
         if isinstance(entry, TupleList):
             return len(entry.fields)
         for item in entry.items:
-            items = _tuple_items(item)
+            items = tuple_items(item)
             if items is not None:
                 return len(items)
     return None
 
 
 def _row_items(entry: Any) -> tuple | None:
-    """The items of a tuple (`_tuple_items`), or of a fixed-length list that is not a `List[int]` (a
+    """The items of a tuple (`tuple_items`), or of a fixed-length list that is not a `List[int]` (a
     layer's state in a `List[List[Tensor]]`); None otherwise."""
     if isinstance(entry, ListArg) and entry.items and not is_int_list(entry):
         return entry.items
-    return _tuple_items(entry)
+    return tuple_items(entry)
 
 
 def _holds_list_rows(entry: Any) -> bool:

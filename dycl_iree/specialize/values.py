@@ -395,6 +395,15 @@ def join_types(a: Type | None, b: Type | None, source: str) -> Type | None:
     raise SpecializeError(f"a value changes kind between paths ({source})")
 
 
+def tuple_items(entry: Any) -> tuple | None:
+    """The items of a tuple entry, or of a tuple TorchScript folded into a constant; None otherwise."""
+    if isinstance(entry, TupleEntry):
+        return entry.items
+    if isinstance(entry, Constant) and isinstance(entry.value, tuple):
+        return tuple(Constant(item) for item in entry.value)
+    return None
+
+
 def literal_list(entry: Any) -> Any:
     """A list folded into a constant (`[0] * 2`, `[1, 2]`) as the literal list of its items (what a
     write to one of its items makes it); another entry as it is."""
