@@ -117,7 +117,7 @@ def test_an_export_chooses_forms_for_its_first_target(monkeypatch: pytest.Monkey
 
     seen = []
 
-    def stop(program: Any, progress: Any = None, fold_ranges: bool = True) -> None:
+    def stop(program: Any, progress: Any = None, fold_ranges: bool = True, observed: Any = None) -> None:
         seen.append((cpu_features.direct_convolutions_fast(), fold_ranges))
         raise RuntimeError("stop after choosing")
 
