@@ -203,7 +203,12 @@ class Runner:
             reuse_buffers = reuses_buffers(self.manifest, driver)
         self.reuse_buffers = reuse_buffers
         try:
-            config = ireert.Config(device=_reusing_device(device)) if reuse_buffers else ireert.Config(device)
+            if reuse_buffers:
+                config = ireert.Config(device=_reusing_device(device))
+            elif driver == "vulkan":
+                config = ireert.Config(device=_own_device(device))
+            else:
+                config = ireert.Config(device)
         except Exception as error:
             raise BundleError(f"cannot open IREE device {device!r}: {error}") from error
         self._context = ireert.SystemContext(config=config)
@@ -709,6 +714,16 @@ def available_devices() -> list[str]:
 
 # The devices `_reusing_device` opened, by device URI, and the lock that makes runners loaded at
 # once from several threads share one.
+def _own_device(device: str) -> Any:
+    """A Vulkan device of the runner's own. With one device shared by two runners (as `iree.runtime`
+    shares a driver's device), a compiled host called after another bundle's host on it computed
+    with a wrong input on lavapipe (README, Known traps: `x - scale` came out as `x`), where each
+    runner with its own device was right."""
+    import iree.runtime as ireert
+
+    return ireert.get_driver(device.split(":")[0]).create_device_by_uri(device)
+
+
 _REUSING_DEVICES: dict[str, Any] = {}
 _REUSING_DEVICES_LOCK = threading.Lock()
 
