@@ -108,7 +108,7 @@ class ListDeletion:
             return ListArg(tuple(rows))
         element = scalar_list_kind(items) if isinstance(items, ListArg) else None
         if element is not None:
-            items = self.emit_list("prim::ListConstruct", items.items, source, element=element)
+            items = self.host_list(items, element, self.nodes, source)
         items = self.as_run_time_list(items, source)
         length = self.length_of_list(items, source)
         if length is None or isinstance(items, RaggedInts):

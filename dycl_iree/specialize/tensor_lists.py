@@ -201,9 +201,7 @@ class TensorLists:
         if len(counts) != 1 or len(lists) != 1 or lists[0][1] is None:
             return None
         (items, element), (count,) = lists[0], counts
-        if not isinstance(items, Value):
-            values = [Constant(v) for v in items.value] if isinstance(items, Constant) else items.items
-            items = self.emit_list("prim::ListConstruct", tuple(values), source, element=element)
+        items = self.host_list(literal_list(items), element, self.nodes, source)
         return self.emit_list("aten::mul.left_t", (items, count), source, element=element)
 
     def visit_structural_list_op(self, node: torch._C.Node, entries: list, source: str) -> None:
